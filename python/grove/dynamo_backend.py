@@ -18,6 +18,7 @@ import grove
 from grove import importer
 from grove import input_writes
 from grove import kept_attention
+from grove import parameter_views
 from grove.runner import StaticInputMovedError
 
 log = importer.log
@@ -260,6 +261,8 @@ def _compile_graph(gm, example_inputs, from_dynamo, mode="cudagraphs", strict=Fa
         # Note [Static inputs that move]: the demoted inputs are bound per call.
         static = [position for position in _static_positions(examples)
                   if position not in demoted]
+        # Note [Static inputs in a permuted layout] (parameter_views.py).
+        aten, examples, static = parameter_views.bound_as_bases(aten, examples, static)
         plan = importer.import_graph(aten, examples, static_inputs=static, strict=strict,
                                      name="torch_graph")
         options = {}

@@ -55,6 +55,19 @@ def bound_as_bases(graph_module, example_inputs, positions):
     return torch.fx.GraphModule(graph_module, graph), example_inputs, bound
 
 
+# Note [Static inputs in a permuted layout]: grove binds a static input (a
+# parameter, buffer or marked cache) by address and needs it contiguous. A
+# model moved to channels_last (model.to(memory_format=torch.channels_last),
+# the usual way to run convolutions fast) has every 4-d weight in a permuted
+# layout: its inference and training graphs failed to compile ("bound params
+# and buffers must be contiguous"). Every graph's static inputs now go through
+# bound_as_bases, as the backward's saved transposes do: a contiguous one is
+# bound as it is, a permuted one as its contiguous base with the permutation
+# written after its placeholder, and one no permutation makes contiguous (a
+# strided slice) is passed per call, copied by the graph tree. Tests:
+# ParameterViewsTest (tests/python/handout_test.py), gpu_torch_backend_test's
+# channels_last model.
+#
 # Note [Bound bases read as bases]: the caller still passes the view (AOTAutograd
 # calls the backward with the saved transpose); grove's segments read the bound
 # base at its address and never look at the argument, but a step that reads

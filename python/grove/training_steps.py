@@ -318,8 +318,11 @@ class StepCompiler:
         return self._inference(graph_module, example_inputs)
 
     def _inference(self, graph_module, example_inputs):
+        # Note [Static inputs in a permuted layout] (parameter_views.py).
+        graph_module, example_inputs, static = parameter_views.bound_as_bases(
+            graph_module, example_inputs, static_positions(example_inputs))
         plan = importer.import_graph(graph_module, list(example_inputs),
-                                     static_inputs=static_positions(example_inputs),
+                                     static_inputs=static,
                                      strict=self.strict, name="%s_inference" % self.name)
         # Note [Warm-up outputs leave the pool] (runner.py): a graph of the
         # step without gradients may build state the module keeps.
@@ -334,8 +337,11 @@ class StepCompiler:
             self.saved_parameters.note_parameters(example_inputs)
         if self.all_reduce is not None:
             self.reduced_positions = gradient_reduce.parameter_positions(example_inputs)
+        # Note [Static inputs in a permuted layout] (parameter_views.py).
+        graph_module, example_inputs, static = parameter_views.bound_as_bases(
+            graph_module, example_inputs, static_positions(example_inputs))
         plan = importer.import_graph(graph_module, example_inputs,
-                                     static_inputs=static_positions(example_inputs),
+                                     static_inputs=static,
                                      strict=self.strict, name="%s_forward" % self.name)
         output = plan.output_arg
         items = list(output) if isinstance(output, (tuple, list)) else [output]
@@ -372,9 +378,10 @@ class StepCompiler:
         # transpose the forward saved), and the forward's folded constants.
         aliases = set(self.saved_parameters.parameter_aliases(example_inputs))
         aliases |= set(self._forward_constants(example_inputs))
-        graph_module, example_inputs, bound = parameter_views.bound_as_bases(
-            graph_module, example_inputs, aliases)
-        static = sorted(set(static) | set(bound))
+        # Note [Static inputs in a permuted layout] (parameter_views.py): the
+        # parameters themselves too.
+        graph_module, example_inputs, static = parameter_views.bound_as_bases(
+            graph_module, example_inputs, aliases | set(static))
         plan = importer.import_graph(graph_module, example_inputs, static_inputs=static,
                                      strict=self.strict, name="%s_backward" % self.name)
         graph_outputs = set(n for n in _output_nodes(plan.output_arg))

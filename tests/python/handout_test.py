@@ -285,5 +285,72 @@ class TrainingExitTest(unittest.TestCase):
         self.assertIn("trained", result.stdout)
 
 
+class _ChannelsLastNet(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv = torch.nn.Conv2d(3, 8, 3, padding=1)
+        self.head = torch.nn.Conv2d(8, 4, 1)
+
+    def forward(self, x):
+        return self.head(torch.relu(self.conv(x))).mean((2, 3))
+
+
+class ParameterViewsTest(unittest.TestCase):
+    """Note [Static inputs in a permuted layout] (grove/parameter_views.py)."""
+
+    def test_channels_last_weights_are_bound_in_inference(self):
+        import torch.nn.functional as F
+
+        import grove.torch  # noqa: F401
+
+        torch.manual_seed(2)
+        conv = torch.nn.Conv2d(3, 8, 3).to(memory_format=torch.channels_last)
+        self.assertFalse(conv.weight.is_contiguous())
+
+        def network(x, weight, bias):
+            return F.conv2d(x, weight, bias).relu()
+
+        for backend in ("eager", "cudagraphs"):
+            x = torch.randn(2, 3, 8, 8)
+            with torch.no_grad():  # an inference graph (with gradients: a training one)
+                compiled = grove.torch.compile_graph(network, [x, conv.weight, conv.bias],
+                                                     mode=backend)
+            self.assertEqual(compiled.runner.static_positions, [1, 2])
+            for call in range(4):
+                x = torch.randn(2, 3, 8, 8)
+                with torch.no_grad():
+                    got = compiled(x, conv.weight, conv.bias)
+                    torch.testing.assert_close(got, network(x, conv.weight, conv.bias),
+                                               rtol=1e-4, atol=1e-5,
+                                               msg="%s call %d" % (backend, call))
+                    conv.weight.mul_(0.9)  # bound in place: the update is read
+
+    def test_a_channels_last_module_trains_equal_to_eager(self):
+        import copy
+
+        from grove import training
+
+        torch.manual_seed(3)
+        model = _ChannelsLastNet().to(memory_format=torch.channels_last)
+        reference = copy.deepcopy(model)
+        compiled = training.compile_module(model, mode="cudagraphs")
+        optimizers = [torch.optim.SGD(m.parameters(), lr=0.1) for m in (model, reference)]
+        for step in range(4):
+            x = torch.randn(2, 3, 8, 8).to(memory_format=torch.channels_last)
+            losses = []
+            for call, optimizer in zip((compiled, reference), optimizers):
+                optimizer.zero_grad(set_to_none=True)
+                loss = call(x).square().mean()
+                loss.backward()
+                optimizer.step()
+                losses.append(loss.detach())
+            if hasattr(compiled, "mark_step_begin"):
+                compiled.mark_step_begin()
+            torch.testing.assert_close(losses[0], losses[1], rtol=1e-4, atol=1e-6,
+                                       msg="step %d" % step)
+        for mine, theirs in zip(model.parameters(), reference.parameters()):
+            torch.testing.assert_close(mine, theirs, rtol=1e-4, atol=1e-6)
+
+
 if __name__ == "__main__":
     junit_main.main()
