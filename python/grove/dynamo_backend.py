@@ -272,7 +272,8 @@ def _compile_graph(gm, example_inputs, from_dynamo, mode="cudagraphs", strict=Fa
         return plan.compile(
             backend=_MODES[mode], device=device, verify=verify, reuse_state=reuse_state,
             state_outputs=input_writes.output_nodes_at(aten.graph, state_positions),
-            warm_up_outputs_leave_pool=True, **options)  # Note [Warm-up outputs leave the pool]
+            # See Note [Warm-up outputs leave the pool] and Note [Outputs that alias inputs].
+            warm_up_outputs_leave_pool=True, input_aliases=True, **options)
 
     try:
         runner = build(list(example_inputs))

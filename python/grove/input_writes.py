@@ -128,6 +128,15 @@ def _add_chain(written, base):
         base = base.args[0]
 
 
+def _lives_in(node):
+    """The node whose tensor `node` views or updates, through chains of
+    views and in-place ops."""
+    chain = set()
+    _add_chain(chain, node)
+    return next(base for base in chain if base.op != "call_function" or not base.args or not (
+        op_name(base.target) in VIEW_OPS or mutates_first_argument(base)))
+
+
 def _flat_outputs(graph):
     output = next(node for node in graph.nodes if node.op == "output")
     flat = []
@@ -141,8 +150,11 @@ def state_output_positions(graph):
     inputs]): state the caller keeps, such as a cache made inside the graph."""
     written = _written_bases(graph)
     _, flat = _flat_outputs(graph)
+    # An input updated in place and returned is the input itself (Note
+    # [Outputs that alias inputs], input_aliases.py), not state of the graph's.
     return {position for position, node in enumerate(flat)
-            if node in written and node.op == "call_function"}
+            if node in written and node.op == "call_function"
+            and _lives_in(node).op != "placeholder"}
 
 
 def output_nodes_at(graph, positions):

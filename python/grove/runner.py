@@ -10,7 +10,7 @@ import torch
 import torch.fx
 
 import grove
-from grove import parameter_views
+from grove import input_aliases as aliases_of_inputs, parameter_views
 from grove import verify as verify_mode
 from grove.fx_common import laid_out
 from grove.inplace import mutates_first_argument
@@ -30,7 +30,7 @@ class StaticInputMovedError(RuntimeError):
 class GraphRunner:
     def __init__(self, plan, backend="eager", device="sim", output_copies=None, verify=None,
                  state_outputs=(), gradient_all_reduce=None, reuse_state=False,
-                 warm_up_outputs_leave_pool=False, **options):
+                 warm_up_outputs_leave_pool=False, input_aliases=False, **options):
         """output_copies: None, or a function of an fx node returning whether
         a segment output computing it is copied out of grove's memory (True,
         False, or None for grove.Model's default). verify: check the first
@@ -43,7 +43,9 @@ class GraphRunner:
         reuse_state: each state output is copied into the memory of the
         previous call's copy (Note [Reused state copies]).
         warm_up_outputs_leave_pool: the first call's outputs are copied out
-        of the tree's pool (Note [Warm-up outputs leave the pool])."""
+        of the tree's pool (Note [Warm-up outputs leave the pool]).
+        input_aliases: outputs that alias inputs are made from the caller's
+        tensors (Note [Outputs that alias inputs], input_aliases.py)."""
         self.gradient_all_reduce = gradient_all_reduce
         self.plan = plan
         # Note [Bound bases read as bases] (parameter_views.py): placeholders
@@ -75,7 +77,11 @@ class GraphRunner:
         outputs = []
         torch.fx.node.map_arg(plan.output_arg, outputs.append)
         self._fresh = {node for node in outputs if self._hands_out_fresh(node)}
-        self._fast = self._fast_plan()
+        # Note [Outputs that alias inputs] (input_aliases.py): made from the
+        # caller's tensors after each call, on the general path.
+        self._aliases = aliases_of_inputs.aliased_outputs(plan.module.graph) if input_aliases \
+            else []
+        self._fast = None if self._aliases else self._fast_plan()
         self._bound = self._bound_inputs()
         self._state_positions = self._state_output_positions(state_outputs)
         self.reuse_state = bool(reuse_state)
@@ -421,7 +427,20 @@ class GraphRunner:
                     checker.produced(node, env[node], "PyTorch")
         if checker is not None:
             checker.check_held_values("the end of the call")
-        return torch.fx.node.map_arg(self.plan.output_arg, lambda n: self._output(env, n))
+        result = torch.fx.node.map_arg(self.plan.output_arg, lambda n: self._output(env, n))
+        return self._with_aliases(result, env) if self._aliases else result
+
+    def _with_aliases(self, result, env):
+        """`result` with each output that aliases an input made from the
+        caller's tensor (Note [Outputs that alias inputs])."""
+        values = list(result) if isinstance(result, (tuple, list)) else [result]
+        placeholders = self.plan.placeholders
+        for index, position, chain in self._aliases:
+            values[index] = aliases_of_inputs.replay(chain, env[placeholders[position]],
+                                                 lambda node: self._read(env, node))
+        if isinstance(result, (tuple, list)):
+            return type(result)(values)
+        return values[0]
 
     # Note [Constant outputs are handed out fresh]: a graph output that depends
     # on no input is folded at import (Note [Splitting a graph]) and was

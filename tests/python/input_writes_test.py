@@ -397,5 +397,60 @@ class InputWritesTest(unittest.TestCase):
         self.assertTrue(torch.equal(torch.get_rng_state(), before))
 
 
+class InputAliasesTest(unittest.TestCase):
+    """Note [Outputs that alias inputs] (grove/input_aliases.py)."""
+
+    def _check(self, function, make_inputs, traces):
+        for trace in traces:
+            for backend in BACKENDS:
+                inputs = make_inputs()
+                if trace == "plain":
+                    from torch.fx.experimental.proxy_tensor import make_fx
+
+                    with torch.no_grad():
+                        graph = make_fx(function)(*input_writes.trace_clones(inputs))
+                    plan = importer.import_graph(graph, inputs, name="aliases")
+                    compiled = plan.compile(backend=backend, device="sim", input_aliases=True)
+                else:
+                    with torch.no_grad():
+                        compiled = grove.torch.compile_graph(function, inputs, mode=backend)
+                for call in range(3):
+                    mine = make_inputs()
+                    theirs = [value.clone() for value in mine]
+                    with torch.no_grad():
+                        got, expected = compiled(*mine), function(*theirs)
+                    label = "%s trace, %s, call %d" % (trace, backend, call)
+                    for value, want in zip(got, expected):
+                        torch.testing.assert_close(value, want, msg=label)
+                        # Written through, the output changes the input alike.
+                        value.mul_(-3.0)
+                        want.mul_(-3.0)
+                    for value, want in zip(mine, theirs):
+                        torch.testing.assert_close(value, want, msg=label)
+                    if expected[0] is theirs[0]:  # the input itself comes back
+                        self.assertIs(got[0], mine[0], label)
+
+    def test_views_of_an_updated_input(self):
+        def function(x, y):
+            x.add_(y)
+            return x[1:], (x * 2).t(), x.t()
+
+        self._check(function, lambda: [torch.randn(6, 5), torch.randn(6, 5)],
+                    ("plain", "functional"))
+
+    def test_an_updated_input_returned_is_the_input(self):
+        def function(x):
+            x.mul_(2.0)
+            return x, x + 1
+
+        self._check(function, lambda: [torch.randn(4, 3)], ("plain", "functional"))
+
+    def test_views_of_an_input_the_graph_only_reads(self):
+        def function(x):
+            return x.view(2, 6), x.sum(0), x.unsqueeze(0)
+
+        self._check(function, lambda: [torch.randn(4, 3)], ("plain",))
+
+
 if __name__ == "__main__":
     junit_main.main()
