@@ -181,6 +181,9 @@ class CompiledGraph:
         self._invoked = self.from_dynamo and runner.backend != "eager"
 
     def __call__(self, *args):
+        host = self.runner.host_positions
+        if host:  # Note [Host tensors passed to a device graph]
+            args = _on_device(args, host, self.runner.device)
         door = self.door
         if door is not None:
             try:
@@ -226,6 +229,39 @@ class CompiledGraph:
         return self.runner.unsupported
 
 
+# Note [Host tensors passed to a device graph]
+# PyTorch takes a CPU scalar tensor beside CUDA tensors (x * torch.tensor(2.0),
+# a step count or temperature kept on the host), and dynamo passes it to the
+# graph as an input. grove's programs take their inputs on the graph's
+# device, so such a call failed ("expects a tensor on cuda:0, found one on
+# cpu"), where reduce-overhead runs the graph without CUDA graphs. A CPU
+# tensor input of a CUDA graph that the graph does not write and does not
+# bind (not a static input) is now copied to the device at each call (a few
+# bytes for a scalar) and the graph compiled for it there; one the graph
+# writes in place keeps the clear error, since a copy would lose the write.
+# Test: GpuTorchBackendTest.test_a_cpu_scalar_tensor_beside_cuda_inputs
+# (tests/python/gpu_torch_backend_test.py).
+def _host_positions(graph, examples, static, device):
+    if not str(device).startswith("cuda"):
+        return ()
+    placeholders = [node for node in graph.nodes if node.op == "placeholder"]
+    written = {node.args[0] for node in input_writes.write_backs(graph)} | \
+        importer.mutated_placeholders(graph)
+    return tuple(position for position, value in enumerate(examples)
+                 if isinstance(value, torch.Tensor) and value.device.type == "cpu"
+                 and position not in static and position < len(placeholders)
+                 and placeholders[position] not in written)
+
+
+def _on_device(args, positions, device):
+    if not positions:
+        return args
+    moved = list(args)
+    for position in positions:
+        moved[position] = moved[position].to(device)
+    return type(args)(moved) if isinstance(args, tuple) else moved
+
+
 def compile_graph(gm, example_inputs, mode="cudagraphs", strict=False, device=None, verify=None,
                   reuse_state=False):
     """Compiles an fx GraphModule (or any function make_fx can trace) for its
@@ -261,6 +297,8 @@ def _compile_graph(gm, example_inputs, from_dynamo, mode="cudagraphs", strict=Fa
         # Note [Static inputs that move]: the demoted inputs are bound per call.
         static = [position for position in _static_positions(examples)
                   if position not in demoted]
+        host = _host_positions(aten.graph, examples, static, device)
+        examples = _on_device(examples, host, device)
         # Note [Static inputs in a permuted layout] (parameter_views.py).
         aten, examples, static = parameter_views.bound_as_bases(aten, examples, static)
         plan = importer.import_graph(aten, examples, static_inputs=static, strict=strict,
@@ -269,14 +307,17 @@ def _compile_graph(gm, example_inputs, from_dynamo, mode="cudagraphs", strict=Fa
         if demoted and "GROVE_SMALL_M_GEMM" not in os.environ:
             # Note [Patchable graphs for inputs that moved]: this compile's own choice.
             options["small_m_gemm"] = "on"
-        return plan.compile(
+        runner = plan.compile(
             backend=_MODES[mode], device=device, verify=verify, reuse_state=reuse_state,
             state_outputs=input_writes.output_nodes_at(aten.graph, state_positions),
             # See Note [Warm-up outputs leave the pool] and Note [Outputs that alias inputs].
             warm_up_outputs_leave_pool=True, input_aliases=True, **options)
+        runner.host_positions = host
+        return runner
 
     try:
         runner = build(list(example_inputs))
+        example_inputs = _on_device(example_inputs, runner.host_positions, device)
     except importer.StorageOutsideOperandError as error:
         if not from_dynamo or strict:
             raise

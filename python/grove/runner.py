@@ -86,6 +86,8 @@ class GraphRunner:
         self._state_positions = self._state_output_positions(state_outputs)
         self.reuse_state = bool(reuse_state)
         self._state_copies = {}  # output position -> the last copy (reuse_state)
+        # Note [Host tensors passed to a device graph] (dynamo_backend.py).
+        self.host_positions = ()
         # Note [Warm-up outputs leave the pool]: pending until the first call.
         self._warm_up_copies = bool(warm_up_outputs_leave_pool) and self._outputs_in_pool()
 

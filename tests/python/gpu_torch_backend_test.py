@@ -108,6 +108,48 @@ class GpuTorchBackendTest(unittest.TestCase):
                 for _, op, _ in r.unsupported}
         self.assertEqual(left, set())
 
+    def test_a_cpu_scalar_tensor_beside_cuda_inputs(self):
+        # Note [Host tensors passed to a device graph] (grove/dynamo_backend.py).
+        import grove.torch  # noqa: F401
+
+        def scaled(x, scale, bias):
+            return torch.tanh(x @ x.t()) * scale + bias
+
+        for mode in ("cudagraphs", "eager"):
+            torch._dynamo.reset()
+            compiled = torch.compile(scaled, backend="grove", options={"mode": mode},
+                                     dynamic=False)
+            with torch.no_grad():
+                for call in range(4):
+                    x = torch.randn(8, 16, device="cuda")
+                    scale, bias = torch.tensor(0.5 + call), torch.tensor(-1.0 * call)
+                    torch.testing.assert_close(compiled(x, scale, bias), scaled(x, scale, bias),
+                                               rtol=RTOL, atol=ATOL,
+                                               msg=lambda m: "%s call %d: %s" % (mode, call, m))
+
+    def test_a_channels_last_resnet_under_autocast(self):
+        # Note [Static inputs in a permuted layout] (grove/parameter_views.py):
+        # every 4-d weight of a channels_last model is a permuted parameter.
+        import grove.torch  # noqa: F401
+
+        torch.manual_seed(0)
+        module = torch.nn.Sequential(
+            torch.nn.Conv2d(3, 16, 3, padding=1), torch.nn.BatchNorm2d(16), torch.nn.ReLU(),
+            torch.nn.Conv2d(16, 8, 3, stride=2), torch.nn.AdaptiveAvgPool2d(1),
+            torch.nn.Flatten(), torch.nn.Linear(8, 4))
+        module = module.cuda().eval().to(memory_format=torch.channels_last)
+        torch._dynamo.reset()
+        compiled = torch.compile(module, backend="grove", dynamic=False)
+        with torch.no_grad():
+            for call in range(4):
+                x = torch.randn(2, 3, 32, 32, device="cuda").to(memory_format=torch.channels_last)
+                torch.testing.assert_close(compiled(x), module(x), rtol=RTOL, atol=ATOL,
+                                           msg=lambda m: "f32 call %d: %s" % (call, m))
+                with torch.autocast("cuda", dtype=torch.bfloat16):
+                    got, want = compiled(x), module(x)
+                torch.testing.assert_close(got.float(), want.float(), rtol=3e-2, atol=3e-2,
+                                           msg=lambda m: "bf16 call %d: %s" % (call, m))
+
     def test_strict_raises_naming_the_op(self):
         import grove.torch
 
