@@ -21,6 +21,7 @@ import torch.nn.functional as F
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import junit_main  # noqa: E402
+from lockstep_training import step_in_lockstep  # noqa: E402
 from torch_features import HAS_CUDA, HAS_DYNAMO  # noqa: E402
 
 TOLERANCE = 2e-3
@@ -219,13 +220,8 @@ def _train_pair(test, make, steps, batch, loss_of, optimizer=None, bound=TOLERAN
                   for m in (model, reference)]
     for step in range(steps):
         inputs = batch(step)
-        losses = []
-        for call, opt in zip((run, reference), optimizers):
-            opt.zero_grad(set_to_none=True)
-            loss = loss_of(call, inputs)
-            loss.backward()
-            opt.step()
-            losses.append(loss.detach())
+        losses = step_in_lockstep((run, reference), optimizers,
+                                  lambda call: loss_of(call, inputs))
         error = relative(losses[0], losses[1])
         test.assertLess(error, bound, "step %d loss: %.3g" % (step, error))
     for (name, mine), theirs in zip(model.named_parameters(), reference.parameters()):

@@ -13,6 +13,7 @@ import grove
 from grove import gradients
 from grove.output_picker import OutputPicker
 import junit_main
+from lockstep_training import step_in_lockstep
 
 
 class OutputPickerTest(unittest.TestCase):
@@ -337,13 +338,8 @@ class ParameterViewsTest(unittest.TestCase):
         optimizers = [torch.optim.SGD(m.parameters(), lr=0.1) for m in (model, reference)]
         for step in range(4):
             x = torch.randn(2, 3, 8, 8).to(memory_format=torch.channels_last)
-            losses = []
-            for call, optimizer in zip((compiled, reference), optimizers):
-                optimizer.zero_grad(set_to_none=True)
-                loss = call(x).square().mean()
-                loss.backward()
-                optimizer.step()
-                losses.append(loss.detach())
+            losses = step_in_lockstep((compiled, reference), optimizers,
+                                      lambda call: call(x).square().mean())
             if hasattr(compiled, "mark_step_begin"):
                 compiled.mark_step_begin()
             torch.testing.assert_close(losses[0], losses[1], rtol=1e-4, atol=1e-6,

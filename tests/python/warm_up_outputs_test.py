@@ -17,6 +17,7 @@ import grove.torch  # noqa: E402
 from grove import importer, runner as runner_module  # noqa: E402
 from torch_features import HAS_DYNAMO  # noqa: E402
 import junit_main  # noqa: E402
+from lockstep_training import step_in_lockstep  # noqa: E402
 
 
 def _tables(x):
@@ -33,16 +34,24 @@ def _pool_runner(leave_pool):
                         warm_up_outputs_leave_pool=leave_pool)
 
 
+def _kept_through_generations(test, leave_pool):
+    """The outputs of a first call, held through four later calls (each a
+    generation: the recording, then replays, every result checked), and
+    what they were."""
+    generator = torch.Generator().manual_seed(3)
+    runner = _pool_runner(leave_pool)
+    first = torch.randn(64, 32, generator=generator)
+    kept = runner(first)
+    expected = _tables(first)
+    for _ in range(4):
+        later = torch.randn(64, 32, generator=generator)
+        torch.testing.assert_close(runner(later), _tables(later))
+    return kept, expected
+
+
 class WarmUpOutputsTest(unittest.TestCase):
     def test_a_kept_warm_up_output_outlives_later_generations(self):
-        generator = torch.Generator().manual_seed(3)
-        runner = _pool_runner(leave_pool=True)
-        first = torch.randn(64, 32, generator=generator)
-        kept = runner(first)
-        expected = _tables(first)
-        for _ in range(4):  # each call a generation: recording, then replays
-            later = torch.randn(64, 32, generator=generator)
-            torch.testing.assert_close(runner(later), _tables(later))
+        kept, expected = _kept_through_generations(self, leave_pool=True)
         for value, reference in zip(kept, expected):
             torch.testing.assert_close(value, reference)
 
@@ -50,13 +59,7 @@ class WarmUpOutputsTest(unittest.TestCase):
         # The case the Note guards: here, with copies off and no storage hook
         # (PyTorch 1.13), the kept output silently changes; where the hook
         # exists, reading it raises StaleOutputError. Either way not its value.
-        generator = torch.Generator().manual_seed(3)
-        runner = _pool_runner(leave_pool=False)
-        first = torch.randn(64, 32, generator=generator)
-        kept = runner(first)
-        expected = _tables(first)
-        for _ in range(4):
-            runner(torch.randn(64, 32, generator=generator))
+        kept, expected = _kept_through_generations(self, leave_pool=False)
         try:
             differs = any(not torch.allclose(value, reference)
                           for value, reference in zip(kept, expected))
@@ -141,13 +144,8 @@ class DoorWarmUpOutputsTest(unittest.TestCase):
         optimizers = [torch.optim.SGD(m.parameters(), lr=0.1) for m in (module, reference)]
         for step in range(6):
             x = torch.randn(8, 16)
-            losses = []
-            for call, optimizer in zip((compiled, reference), optimizers):
-                optimizer.zero_grad(set_to_none=True)
-                loss = call(x).square().mean()
-                loss.backward()
-                optimizer.step()
-                losses.append(loss.detach())
+            losses = step_in_lockstep((compiled, reference), optimizers,
+                                      lambda call: call(x).square().mean())
             torch.testing.assert_close(losses[0], losses[1],
                                        msg=lambda m: "step %d: %s" % (step, m))
         torch.testing.assert_close(module.linear.weight, reference.linear.weight)
