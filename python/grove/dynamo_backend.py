@@ -170,6 +170,12 @@ class CompiledGraph:
         _compiled.append(weakref.ref(self))
 
     def _use_runner(self, runner):
+        previous = getattr(self, "runner", None)
+        if previous is not None and not runner.host_positions:
+            # A rebuild (Note [Static inputs that move]) is traced from the
+            # arguments already on the device (Note [Host tensors passed to a
+            # device graph]): the positions stay the first build's.
+            runner.host_positions = previous.host_positions
         self.runner = runner
         runner.leave_checks_to_guards(self.guarded)
         _live_runners.add(runner)
@@ -239,8 +245,9 @@ class CompiledGraph:
 # bind (not a static input) is now copied to the device at each call (a few
 # bytes for a scalar) and the graph compiled for it there; one the graph
 # writes in place keeps the clear error, since a copy would lose the write.
-# Test: GpuTorchBackendTest.test_a_cpu_scalar_tensor_beside_cuda_inputs
-# (tests/python/gpu_torch_backend_test.py).
+# A rebuild keeps the first build's positions (its arguments are on the
+# device already). Tests: GpuTorchBackendTest.test_a_cpu_scalar_tensor_beside_cuda_inputs
+# (tests/python/gpu_torch_backend_test.py), HostTensorsTest (importer_test.py, sim).
 def _host_positions(graph, examples, static, device):
     if not str(device).startswith("cuda"):
         return ()

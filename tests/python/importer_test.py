@@ -1187,6 +1187,42 @@ class IssueModelsTest(unittest.TestCase):
                 del F.scaled_dot_product_attention
 
 
+class _StubRunner:
+    backend = "cudagraphs"
+
+    def __init__(self, host_positions):
+        self.host_positions = host_positions
+
+    def leave_checks_to_guards(self, positions):
+        pass
+
+
+class HostTensorsTest(unittest.TestCase):
+    """Note [Host tensors passed to a device graph] (grove/dynamo_backend.py),
+    the parts that run without a GPU."""
+
+    def test_cpu_inputs_a_cuda_graph_neither_writes_nor_binds_are_moved(self):
+        from grove import dynamo_backend
+
+        def function(x, scale, counter, weight):
+            counter.add_(1)
+            return x * scale + weight.sum() + counter
+
+        args = [torch.randn(3), torch.tensor(2.0), torch.tensor(0.0), torch.randn(2)]
+        graph = make_fx(function)(*[value.clone() for value in args])
+        positions = dynamo_backend._host_positions(graph.graph, args, [3], "cuda:0")
+        self.assertEqual(positions, (0, 1))  # not the written counter, not the bound weight
+        self.assertEqual(dynamo_backend._host_positions(graph.graph, args, [3], "sim"), ())
+
+    def test_a_rebuild_keeps_the_first_builds_positions(self):
+        # A rebuild is traced from arguments already moved to the device.
+        from grove import dynamo_backend
+
+        compiled = dynamo_backend.CompiledGraph(_StubRunner((1,)))
+        compiled._use_runner(_StubRunner(()))
+        self.assertEqual(compiled.runner.host_positions, (1,))
+
+
 class TorchBackendTest(unittest.TestCase):
     def test_backend_function_compiles_an_fx_graph(self):
         module = Mlp().eval()
