@@ -3,6 +3,7 @@ C API, the nodes grove cannot take in PyTorch between them (Note [Splitting a
 graph], importer.py)."""
 
 import functools
+import logging
 import operator
 import os
 
@@ -16,6 +17,9 @@ from grove.fx_common import laid_out
 from grove.inplace import mutates_first_argument
 from grove.output_picker import OutputPicker
 from grove.segments import segment_program
+
+
+_log = logging.getLogger("grove")
 
 
 class StaticInputMovedError(RuntimeError):
@@ -267,7 +271,8 @@ class GraphRunner:
     # for such state to leave the pool when the warm-up ends: an inference
     # graph's first call under a graph backend hands out copies in memory of
     # their own (outputs sharing a storage share the copy), once per graph,
-    # so nothing made on a warm-up is ever reclaimed under its holder. Later
+    # so nothing made on a warm-up is ever reclaimed under its holder (an info
+    # line of the "grove" logger names the graph and the shapes). Later
     # calls hand out pool memory, as reduce-overhead does: a kept replay
     # output is the caller's to clone. Outputs that are the call's inputs
     # pass through, and state outputs keep their own copies (Note [Reused
@@ -280,7 +285,11 @@ class GraphRunner:
     def __call__(self, *args):
         if self._warm_up_copies:
             self._warm_up_copies = False
-            return _in_memory_of_their_own(self._call(args), args, self._state_positions or ())
+            result = _in_memory_of_their_own(self._call(args), args, self._state_positions or ())
+            _log.info("grove: graph '%s': its warm-up's outputs %s were copied out of the graph "
+                      "tree's pool (Note [Warm-up outputs leave the pool])", self.plan.name,
+                      _shapes(result))
+            return result
         return self._call(args)
 
     def _outputs_in_pool(self):
@@ -522,6 +531,11 @@ def _in_memory_of_their_own(result, args, left=()):
         return type(result)(value if index in left else own(value)
                             for index, value in enumerate(result))
     return result if 0 in left else own(result)
+
+
+def _shapes(result):
+    values = result if isinstance(result, (tuple, list)) else [result]
+    return [list(value.shape) for value in values if isinstance(value, torch.Tensor)]
 
 
 def _untyped_storage(tensor):

@@ -75,6 +75,13 @@ class WarmUpOutputsTest(unittest.TestCase):
         self.assertEqual(addresses[2], addresses[3])
         self.assertNotIn(addresses[0], addresses[1:])
 
+    def test_the_copies_are_named_in_a_log_line(self):
+        runner = _pool_runner(leave_pool=True)
+        with self.assertLogs("grove", level="INFO") as logged:
+            runner(torch.randn(64, 32))
+        self.assertTrue(any("warm-up's outputs [[64, 32], [63, 32]]" in line
+                            for line in logged.output), logged.output)
+
     def test_outputs_sharing_a_storage_share_its_copy_and_inputs_pass_through(self):
         base = torch.arange(12.0)
         x = torch.randn(3)
