@@ -285,9 +285,12 @@ def _compile_graph(gm, example_inputs, from_dynamo, mode="cudagraphs", strict=Fa
     for dynamo's calls])."""
     if mode not in _MODES:
         raise ValueError("grove: option mode=%r; use 'cudagraphs' or 'eager'" % (mode,))
-    if not all(isinstance(value, torch.Tensor) for value in example_inputs):
+    if not all(isinstance(value, torch.Tensor) for value in example_inputs) or \
+            host_scalar_positions(gm, example_inputs):
         # Symbolic sizes (dynamic=True, or dynamo's automatic dynamic shapes):
-        # one grove compilation per concrete shape, on first use.
+        # one grove compilation per concrete shape, on first use; and per
+        # value of the host scalars the graph reads (Note [Host scalars
+        # specialized per value]).
         return PerShapeGraph(gm, mode, strict, device, verify, reuse_state, from_dynamo)
     if torch.is_grad_enabled() and any(value.requires_grad for value in example_inputs):
         return _training_graph(gm, example_inputs, mode, strict, device, from_dynamo)
@@ -683,6 +686,50 @@ def _single_value_output(gm):
     return None
 
 
+# Note [Host scalars specialized per value]
+# Under dynamic=True dynamo passes a Python float of the model's (an
+# attention scale, an epsilon: dynamo's specialize_float is off) as a 0-d CPU
+# float64 tensor and reads it back with .item() inside the graph. Tracing to
+# ATen with make_fx stops at that read (Note [Graphs that read values as
+# numbers run in PyTorch]), so every graph of HF LLaMA under dynamic=True ran
+# in PyTorch whole (session 31 call J), and so did any graph that reads a 0-d
+# host tensor input as a number. Such inputs (0-d CPU tensors dynamo marks as
+# Python scalars, or that the graph reads with .item()) are now baked into
+# each compilation as constants: PerShapeGraph keys its compilations by their
+# values too (a CPU read, no device sync), so a new value compiles once more,
+# and past MAX_SCALAR_VALUES values for one shape the graph runs in PyTorch
+# for further values, with a warning. Test:
+# DynamoBackendTest.test_a_host_scalar_read_as_a_number_is_compiled_per_value
+# (tests/python/importer_test.py).
+MAX_SCALAR_VALUES = 8
+
+
+def host_scalar_positions(gm, example_inputs):
+    """Positions of the graph's 0-d CPU tensor inputs it reads as Python
+    numbers (Note [Host scalars specialized per value])."""
+    graph = getattr(gm, "graph", None)
+    if graph is None:
+        return ()
+    placeholders = [node for node in graph.nodes if node.op == "placeholder"]
+    found = []
+    for position, (node, value) in enumerate(zip(placeholders, example_inputs)):
+        if not (isinstance(value, torch.Tensor) and value.dim() == 0
+                and value.device.type == "cpu"):
+            continue
+        scalar = getattr(node.meta.get("grapharg"), "pass_arg_as_tensor", False)
+        if scalar or any(_reads_as_number(user) for user in node.users):
+            found.append(position)
+    return tuple(found)
+
+
+def _reads_as_number(node):
+    if node.op == "call_method":
+        return node.target in ("item", "tolist", "__int__", "__float__")
+    return node.op == "call_function" and (
+        node.target in (int, float, bool)
+        or "_local_scalar_dense" in str(node.target))
+
+
 class PerShapeGraph:
     """A graph with symbolic sizes, compiled once per concrete set of input
     shapes (and integer arguments) it is called with: each is a static grove
@@ -698,6 +745,10 @@ class PerShapeGraph:
         self.from_dynamo = from_dynamo
         self.compiled = {}
         self._key_plan = None  # (argument types, tensor getter, value getter)
+        # Note [Host scalars specialized per value]: their positions among
+        # the arguments, found at the first call; values compiled per shape.
+        self._scalars = None
+        self._values_per_shape = {}
 
     @staticmethod
     def key(args):
@@ -727,14 +778,32 @@ class PerShapeGraph:
                 tuple(map(_DTYPE, tensors)), tuple(map(_DEVICE_INDEX, tensors)))
 
     def __call__(self, *args):
+        scalars = self._scalars
+        if scalars is None:
+            scalars = self._scalars = host_scalar_positions(self.gm, args)
         key = self._fast_key(args)
+        if scalars:
+            shape = key
+            key = (shape, tuple(args[position].item() for position in scalars))
         compiled = self.compiled.get(key)
+        if compiled is None and scalars:
+            seen = self._values_per_shape.setdefault(shape, set())
+            if len(seen) >= MAX_SCALAR_VALUES:
+                if len(seen) == MAX_SCALAR_VALUES:
+                    seen.add(None)  # warned once
+                    log.warning("grove: a graph was compiled for %d values of its host scalars "
+                                "(Note [Host scalars specialized per value]); further values "
+                                "run it in PyTorch", MAX_SCALAR_VALUES)
+                return self.gm(*args)
+            seen.add(key[1])
         if compiled is None:
             concrete = [int(value) if isinstance(value, torch.SymInt) else value
                         for value in args] if hasattr(torch, "SymInt") else list(args)
-            tensors = [value for value in concrete if isinstance(value, torch.Tensor)]
-            positions = [i for i, value in enumerate(concrete) if isinstance(value, torch.Tensor)]
-            values = list(concrete)
+            tensors = [value for i, value in enumerate(concrete)
+                       if isinstance(value, torch.Tensor) and i not in scalars]
+            positions = [i for i, value in enumerate(concrete)
+                         if isinstance(value, torch.Tensor) and i not in scalars]
+            values = list(concrete)  # the host scalars stay in it: constants of the trace
 
             def specialized(*tensor_args):
                 for position, value in zip(positions, tensor_args):

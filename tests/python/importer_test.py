@@ -893,6 +893,39 @@ class DynamoBackendTest(unittest.TestCase):
         with self.assertRaisesRegex(RuntimeError, "_local_scalar_dense|value out of"):
             grove.torch.compile_graph(function, [x, length])  # not dynamo's: the error stands
 
+    def test_a_host_scalar_read_as_a_number_is_compiled_per_value(self):
+        # Note [Host scalars specialized per value] (grove/dynamo_backend.py):
+        # dynamo's graph of a Python float under dynamic=True (a 0-d CPU
+        # float64 tensor read back with .item()), and a 0-d size read the same way.
+        from grove import dynamo_backend
+
+        def scaled(x, scale, length):
+            return (x.view(2, length.item() // 4, 4) * scale.item()).sum(1) + 1
+
+        graph = torch.fx.symbolic_trace(scaled)
+        x, length = torch.randn(2, 8), torch.tensor(8)
+        for mode in ("eager", "cudagraphs"):
+            compiled = grove.torch.grove_backend(
+                graph, [x, torch.tensor(2.0, dtype=torch.float64), length],
+                options={"mode": mode})
+            self.assertIsInstance(compiled, dynamo_backend.PerShapeGraph)
+            for value in (2.0, 3.0, 2.0, 0.5):
+                scale = torch.tensor(value, dtype=torch.float64)
+                x = torch.randn(2, 8)
+                torch.testing.assert_close(compiled(x, scale, length), scaled(x, scale, length),
+                                           msg="%s, scale %s" % (mode, value))
+            self.assertEqual(len(compiled.compiled), 3)  # one per value, none in PyTorch
+            for _, function in compiled.compiled.values():
+                self.assertNotIsInstance(function, dynamo_backend.GraphInPyTorch)
+                self.assertEqual([kind for kind, _ in function.runner.steps], ["grove"])
+            with self.assertLogs("grove", level="WARNING") as logged:
+                for value in range(10, 10 + dynamo_backend.MAX_SCALAR_VALUES):
+                    scale = torch.tensor(float(value), dtype=torch.float64)
+                    torch.testing.assert_close(compiled(x, scale, length),
+                                               scaled(x, scale, length))
+            self.assertIn("further values run it in PyTorch", "\n".join(logged.output))
+            self.assertEqual(len(compiled.compiled), dynamo_backend.MAX_SCALAR_VALUES)
+
     def test_a_static_input_that_moves_is_demoted_once(self):
         # Note [Static inputs that move] (grove/dynamo_backend.py): a cache
         # made again at another address for every sequence (HF's generate),
