@@ -693,12 +693,16 @@ def _single_value_output(gm):
 # ATen with make_fx stops at that read (Note [Graphs that read values as
 # numbers run in PyTorch]), so every graph of HF LLaMA under dynamic=True ran
 # in PyTorch whole (session 31 call J), and so did any graph that reads a 0-d
-# host tensor input as a number. Such inputs (0-d CPU tensors dynamo marks as
-# Python scalars, or that the graph reads with .item()) are now baked into
-# each compilation as constants: PerShapeGraph keys its compilations by their
-# values too (a CPU read, no device sync), so a new value compiles once more,
-# and past MAX_SCALAR_VALUES values for one shape the graph runs in PyTorch
-# for further values, with a warning. Test:
+# host tensor input as a number. Such inputs (0-d CPU tensors the graph reads
+# with .item(), int() or float()) are now baked into each compilation as
+# constants: PerShapeGraph keys its compilations by their values too (a CPU
+# read, no device sync), so a new value compiles once more, and past
+# MAX_SCALAR_VALUES values for one shape the graph runs in PyTorch for
+# further values, with a warning (where it ran for every value before). A
+# host scalar used only in tensor ops stays an input (Note [Host tensors
+# passed to a device graph]): a learning rate that changes at every step
+# compiles once. Whether HF LLaMA's reads under dynamic=True are such
+# scalars was not checked on a GPU (no device time left in session 31). Test:
 # DynamoBackendTest.test_a_host_scalar_read_as_a_number_is_compiled_per_value
 # (tests/python/importer_test.py).
 MAX_SCALAR_VALUES = 8
@@ -716,8 +720,7 @@ def host_scalar_positions(gm, example_inputs):
         if not (isinstance(value, torch.Tensor) and value.dim() == 0
                 and value.device.type == "cpu"):
             continue
-        scalar = getattr(node.meta.get("grapharg"), "pass_arg_as_tensor", False)
-        if scalar or any(_reads_as_number(user) for user in node.users):
+        if any(_reads_as_number(user) for user in node.users):
             found.append(position)
     return tuple(found)
 
