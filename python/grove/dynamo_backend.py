@@ -252,8 +252,7 @@ def _host_positions(graph, examples, static, device):
     if not str(device).startswith("cuda"):
         return ()
     placeholders = [node for node in graph.nodes if node.op == "placeholder"]
-    written = {node.args[0] for node in input_writes.write_backs(graph)} | \
-        importer.mutated_placeholders(graph)
+    written = input_writes.mutated_placeholders(graph)  # write-backs (copy_) included
     return tuple(position for position, value in enumerate(examples)
                  if isinstance(value, torch.Tensor) and value.device.type == "cpu"
                  and position not in static and position < len(placeholders)
@@ -327,7 +326,6 @@ def _compile_graph(gm, example_inputs, from_dynamo, mode="cudagraphs", strict=Fa
 
     try:
         runner = build(list(example_inputs))
-        example_inputs = _on_device(example_inputs, runner.host_positions, device)
     except importer.StorageOutsideOperandError as error:
         if not from_dynamo or strict:
             raise

@@ -264,13 +264,6 @@ def _layout(value):
     return (tuple(value.shape), tuple(value.stride()), value.storage_offset())
 
 
-def _random_state_kept(example_inputs):
-    """Note [The import run leaves the inputs alone]: PyTorch's random state
-    (the CPU generator and those of the inputs' CUDA devices) as the import
-    run found it, after the run."""
-    return input_writes.random_state_kept(example_inputs)
-
-
 # Note [The import run leaves the inputs alone]: the importer runs the graph
 # once on the example inputs (the caller's own tensors: parameters, a KV
 # cache) to learn every value's shape and dtype and to fold constants. A graph
@@ -287,26 +280,7 @@ def _random_state_kept(example_inputs):
 # preserve_rng_state), so the run forks it. Tests:
 # ImporterTest.test_importing_a_graph_that_updates_an_input_in_place_leaves_it_alone,
 # ImporterTest.test_the_import_run_leaves_the_random_state_alone.
-_VIEW_OPS = input_writes.VIEW_OPS
-
-
-def mutated_placeholders(graph):
-    """The placeholders an in-place op of `graph` writes, through views."""
-    mutated = set()
-    for node in graph.nodes:
-        for base in input_writes.written_arguments(node):
-            base = _view_base(base)
-            if isinstance(base, torch.fx.Node) and base.op == "placeholder":
-                mutated.add(base)
-    return mutated
-
-
-def _view_base(base):
-    """The tensor `base` views or updates, through chains of views and writes."""
-    while isinstance(base, torch.fx.Node) and base.op == "call_function" and \
-            (op_name(base.target) in _VIEW_OPS or mutates_first_argument(base)) and base.args:
-        base = base.args[0]
-    return base
+mutated_placeholders = input_writes.mutated_placeholders
 
 
 class Plan:
@@ -350,7 +324,8 @@ class _Importer:
         # Note [Writes into graph inputs] (input_writes.py).
         self.write_backs = write_backs(module.graph)
         written_attributes = {base for node in module.graph.nodes
-                              for base in map(_view_base, input_writes.written_arguments(node))
+                              for base in map(input_writes.view_base,
+                                              input_writes.written_arguments(node))
                               if isinstance(base, torch.fx.Node) and base.op == "get_attr"}
         recorder = _Recorder(module, {node.target for node in written_attributes})
         # Note [The import run leaves the inputs alone].
@@ -358,7 +333,7 @@ class _Importer:
         placeholders = [n for n in module.graph.nodes if n.op == "placeholder"]
         run_inputs = [value.clone() if node in mutated and isinstance(value, torch.Tensor)
                       else value for node, value in zip(placeholders, example_inputs)]
-        with torch.no_grad(), _random_state_kept(example_inputs):
+        with torch.no_grad(), input_writes.random_state_kept(example_inputs):
             recorder.run(*run_inputs)
         self.values = recorder.values
         for node, value in zip(placeholders, example_inputs):

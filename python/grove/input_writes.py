@@ -128,13 +128,23 @@ def _add_chain(written, base):
         base = base.args[0]
 
 
-def _lives_in(node):
-    """The node whose tensor `node` views or updates, through chains of
-    views and in-place ops."""
-    chain = set()
-    _add_chain(chain, node)
-    return next(base for base in chain if base.op != "call_function" or not base.args or not (
-        op_name(base.target) in VIEW_OPS or mutates_first_argument(base)))
+def view_base(base):
+    """The tensor `base` views or updates, through chains of views and writes."""
+    while isinstance(base, torch.fx.Node) and base.op == "call_function" and \
+            (op_name(base.target) in VIEW_OPS or mutates_first_argument(base)) and base.args:
+        base = base.args[0]
+    return base
+
+
+def mutated_placeholders(graph):
+    """The placeholders an in-place op of `graph` writes, through views."""
+    mutated = set()
+    for node in graph.nodes:
+        for base in written_arguments(node):
+            base = view_base(base)
+            if isinstance(base, torch.fx.Node) and base.op == "placeholder":
+                mutated.add(base)
+    return mutated
 
 
 def _flat_outputs(graph):
@@ -154,7 +164,7 @@ def state_output_positions(graph):
     # [Outputs that alias inputs], input_aliases.py), not state of the graph's.
     return {position for position, node in enumerate(flat)
             if node in written and node.op == "call_function"
-            and _lives_in(node).op != "placeholder"}
+            and view_base(node).op != "placeholder"}
 
 
 def output_nodes_at(graph, positions):
@@ -265,7 +275,7 @@ def _draws_alike(plain, functional, example_inputs):
     # Only the inputs the graph writes are copied for the two runs (a model's
     # weights stay shared: a decode step with its sampling draw and cache
     # writes would otherwise copy every weight twice).
-    written = _written_bases(plain.graph)
+    written = mutated_placeholders(plain.graph)
     positions = {index for index, node in enumerate(
         node for node in plain.graph.nodes if node.op == "placeholder") if node in written}
     runs = []
