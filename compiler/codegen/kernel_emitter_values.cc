@@ -308,6 +308,10 @@ Value* Emitter::eval_op(const Expr& expr, const std::vector<Value*>& x) {
       return math_.tanh(b_, x[0]);
     case ExprOp::kErf:
       return math_.erf(b_, x[0]);
+    case ExprOp::kRoundToBf16:  // Note [Casts to a narrow float round in registers]
+      return bf16_to_float(float_to_bf16(x[0]));
+    case ExprOp::kRoundToF16:
+      return f16_to_float(float_to_f16(x[0]));
     case ExprOp::kSigmoid:
       return math_.sigmoid(b_, x[0]);
     case ExprOp::kGelu:

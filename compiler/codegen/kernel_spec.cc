@@ -98,6 +98,10 @@ const char* op_name(ExprOp op) {
       return "philox";
     case ExprOp::kErf:
       return "erf";
+    case ExprOp::kRoundToBf16:
+      return "round_to_bf16";
+    case ExprOp::kRoundToF16:
+      return "round_to_f16";
   }
   return "?";
 }
@@ -424,6 +428,8 @@ void KernelSpec::verify() const {
       case ExprOp::kTrunc:
       case ExprOp::kRound:
       case ExprOp::kErf:
+      case ExprOp::kRoundToBf16:
+      case ExprOp::kRoundToF16:
         require(expr.dtype == DType::kF32 && operand_dtype(0) == DType::kF32, "f32 -> f32");
         break;
       case ExprOp::kNeg:

@@ -104,6 +104,15 @@ enum class ExprOp : uint8_t {
   // Stegun 7.1.26 (|error| < 1.5e-7); unary, kept last so that earlier ops keep
   // their values.
   kErf,
+  // Note [Casts to a narrow float round in registers]: f32 -> f32, the value
+  // rounded to nearest even in bf16 (or f16: overflow to inf, underflow to
+  // subnormals and zero) and widened again. A value cast to bf16/f16 inside a
+  // kernel stays f32 in its register (Note [Kernel spec types]); without this
+  // rounding, x.half().float() returned x itself (70000, not inf). Appended
+  // last, like kErf. Test: EdgeValuesTest.test_casts_to_a_narrow_float_round
+  // (tests/python/importer_edge_values_test.py).
+  kRoundToBf16,
+  kRoundToF16,
 };
 
 struct Expr {

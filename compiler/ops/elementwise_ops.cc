@@ -147,9 +147,18 @@ void register_elementwise_ops(OpRegistry& registry) {
       return std::vector<int>{
           emitter.binary(ExprOp::kNe, x, emitter.constant(0, emitter.dtype_of(x)))};
     }
-    // A cast to bf16/f16 stays f32 in registers and rounds when stored
-    // (Note [Kernel spec types]); the reference rounds at the cast.
-    return std::vector<int>{emitter.cast(x, compute_dtype(target))};
+    // A cast to bf16/f16 stays f32 in registers, rounded there as the
+    // reference rounds at the cast (Note [Casts to a narrow float round in
+    // registers]); a value that already is bf16 (f16) needs no rounding.
+    int cast = emitter.cast(x, compute_dtype(target));
+    const DType source = context.operand(0).dtype;
+    if (target == DType::kBF16 && source != DType::kBF16) {
+      return std::vector<int>{emitter.unary(ExprOp::kRoundToBf16, cast)};
+    }
+    if (target == DType::kF16 && source != DType::kF16) {
+      return std::vector<int>{emitter.unary(ExprOp::kRoundToF16, cast)};
+    }
+    return std::vector<int>{cast};
   };
   registry.add(std::move(cast));
 

@@ -113,7 +113,7 @@ def _topk(c, a):
             available = free if available is None else c.emit("bitwise_and", [available, free])
             remaining = c.emit("where", [available, ordered, c.scalar(-float("inf"), dtype)])
             top = c.emit("max", [remaining], {"dims": [dim], "keepdim": 1})
-            hits = c.emit("bitwise_and", [available, c.emit("eq", [ordered, top])])
+            hits = c.emit("bitwise_and", [available, _reaching(c, ordered, top)])
             index = _first_position(c, hits, shape, dim)
         else:
             top, index = _extreme_of(c, ordered, shape, dim)
@@ -144,7 +144,21 @@ def _extreme_of(c, name, shape, dim, dtype=torch.float32):
         top, reaching = integer_maximum(c, name, dtype, [dim])
         return top, _first_position(c, reaching, shape, dim)
     top = c.emit("max", [name], {"dims": [dim], "keepdim": 1})  # exact for floats
-    return top, _first_position(c, c.emit("eq", [name, top]), shape, dim)
+    return top, _first_position(c, _reaching(c, name, top), shape, dim)
+
+
+# Note [NaN is the largest position]: PyTorch's argmax, argmin, max.dim,
+# min.dim and topk take NaN as the extreme (the first NaN's position), and
+# grove's max reduction gives NaN for a row holding one. The positions that
+# reach the extreme are those equal to it or NaN: `eq` alone found none in a
+# row holding NaN, and the first position "of none" is the row's size, an
+# index out of range (a gather or embedding after argmax then read outside
+# its table). Test: EdgeValuesTest.test_positions_of_nan_extremes
+# (tests/python/importer_edge_values_test.py).
+def _reaching(c, name, top):
+    """Bool: where float `name` equals its row's extreme `top`, or is NaN
+    (the extreme of a row holding NaN is NaN)."""
+    return c.emit("bitwise_or", [c.emit("eq", [name, top]), c.emit("ne", [name, name])])
 
 
 CONVERTERS.update({

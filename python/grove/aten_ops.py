@@ -101,11 +101,17 @@ def _dims(value, rank):
     return [d % rank if rank else 0 for d in value]
 
 
+_BOOL_ARITHMETIC = {"mul": "bitwise_and", "add": "bitwise_or"}
+
+
 def _binary(op):
     def convert(c, a):
         dtype = c.result().dtype
         left = a.get("self", a.get("input"))
         right = a.get("other")
+        if dtype == torch.bool and op in _BOOL_ARITHMETIC and a.get("alpha", 1) in (None, 1):
+            # bool * bool is and, bool + bool or (isfinite's decomposition).
+            return c.emit(_BOOL_ARITHMETIC[op], [c.operand(left, dtype), c.operand(right, dtype)])
         if dtype == torch.bool and op not in ("lt", "le", "gt", "ge", "eq", "ne"):
             raise Unsupported("%s of bool tensors" % op)
         if op in ("lt", "le", "gt", "ge", "eq", "ne"):
@@ -170,6 +176,10 @@ def _pow(c, a):
     if exponent == 2 and isinstance(base, torch.fx.Node):
         x = c.operand(base, dtype)
         return c.emit("mul", [x, x])
+    if exponent == 0.5 and isinstance(base, torch.fx.Node):
+        # PyTorch takes x ** 0.5 as sqrt(x): NaN at -inf and -0.0 at -0.0,
+        # where pow gives inf and 0.0.
+        return c.emit("sqrt", [c.operand(base, dtype)])
     return c.emit("pow", [c.operand(base, dtype), c.operand(exponent, dtype)])
 
 
@@ -179,10 +189,12 @@ def _reciprocal(c, a):
 
 
 def magnitude(c, name, dtype):
-    """|name| for a value of a signed `dtype`: the negated value where it is
-    below zero."""
-    negative = c.emit("lt", [name, c.scalar(0, dtype)])
-    return c.emit("where", [negative, c.emit("neg", [name]), name])
+    """|name| for a value of a signed `dtype`: the value where it is above
+    zero, else 0 - value (so |-0.0| is +0.0, as PyTorch's, and NaN stays
+    NaN)."""
+    zero = c.scalar(0, dtype)
+    positive = c.emit("gt", [name, zero])
+    return c.emit("where", [positive, name, c.emit("sub", [zero, name])])
 
 
 def _abs(c, a):

@@ -15,6 +15,7 @@ import weakref
 import torch
 
 import grove
+from grove import _capi
 from grove import importer
 from grove import input_writes
 from grove import kept_attention
@@ -140,6 +141,16 @@ def _reads_a_value_as_a_number(error):
     return "_local_scalar_dense" in text or "data-dependent" in text
 
 
+# Note [A graph grove's compiler refuses runs in PyTorch]: the importer
+# leaves each op it cannot take to PyTorch, but grove's compiler may still
+# refuse the program it imported (a combination of shapes or dtypes a
+# converter let through). Under dynamo such a graph runs in PyTorch whole,
+# with a warning naming the compiler's message, as a graph that reads values
+# as numbers does, instead of failing the user's torch.compile
+# (BackendCompilerFailed); strict=True and grove.torch.compile_graph's direct
+# callers still get the error. Test:
+# DynamoBackendTest.test_a_graph_grove_cannot_compile_runs_in_pytorch
+# (tests/python/importer_test.py).
 class GraphInPyTorch:
     """A dynamo graph grove leaves to PyTorch whole (Note [Graphs that read
     values as numbers run in PyTorch])."""
@@ -330,6 +341,11 @@ def _compile_graph(gm, example_inputs, from_dynamo, mode="cudagraphs", strict=Fa
         if not from_dynamo or strict:
             raise
         return GraphInPyTorch(gm, str(error))
+    except _capi.GroveError as error:
+        # Note [A graph grove's compiler refuses runs in PyTorch]
+        if not from_dynamo or strict or not str(error).startswith("grove_compile"):
+            raise
+        return GraphInPyTorch(gm, "grove's compiler refused it (%s)" % str(error)[:300])
     except RuntimeError as error:
         if not from_dynamo or strict or not _reads_a_value_as_a_number(error):
             raise

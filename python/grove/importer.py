@@ -32,6 +32,7 @@ from grove import aten_index_put_ops  # noqa: F401 (adds index_put, index_copy, 
 from grove import aten_layout_ops  # noqa: F401 (adds padding, nearest upsampling, cumsum)
 from grove import aten_loss_ops  # noqa: F401 (adds mse_loss, nll_loss and their backwards)
 from grove import aten_math_ops  # noqa: F401 (adds erf, hyperbolic and inverse trigonometry)
+from grove import aten_nonfinite_ops  # noqa: F401 (adds isnan, isinf, nan_to_num, fmax)
 from grove import aten_norm_ops  # noqa: F401 (adds vector norms, logsumexp, std, var_mean)
 from grove import aten_pointwise_ops  # noqa: F401 (adds trigonometry, rounding, bitwise ops)
 from grove import aten_resample_ops  # noqa: F401 (adds antialiased resampling)
@@ -308,6 +309,31 @@ _SKIPPED_CHECKS = {"aten._assert_tensor_metadata", "aten._assert_async", "aten._
 # Queries of metadata with no effect (autograd's as_strided backward asks
 # is_same_size and ignores the answer in the trace): left out where unread.
 _UNREAD_QUERIES = {"aten.is_same_size"}
+# grove ops computed by a GEMM (Note [GEMMs of other dtypes run in PyTorch]).
+_GEMM_OPS = {"matmul", "linear", "attention"}
+_GEMM_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
+
+
+# Note [Values with no elements]: a value with no elements (an empty batch,
+# a mixture-of-experts expert no token chose, an empty index) holds nothing a
+# kernel could compute, and its shape is fixed per compilation: it is folded
+# into a constant like a node that depends on no input. A node that makes
+# elements out of empty operands (a sum over an empty dimension is 0, a mean
+# NaN, an amax an error) runs in PyTorch, which has those rules; concat
+# simply skips its empty pieces in grove. grove's compiler refused both
+# before ("cannot reduce over the empty dimension"), and torch.compile
+# failed. Test: EdgeValuesTest.test_values_with_no_elements
+# (tests/python/importer_edge_values_test.py).
+def _no_elements(value):
+    return isinstance(value, torch.Tensor) and value.numel() == 0
+
+
+def _reads_no_elements(importer, node):
+    """Whether `node` (whose own result has elements) reads a tensor with
+    none, other than a concat's piece."""
+    if op_name(node.target) == "aten.cat":
+        return False
+    return any(_no_elements(importer.values.get(arg)) for arg in node.all_input_nodes)
 
 
 def supported_ops():
@@ -530,6 +556,9 @@ class _Importer:
                 steps.append(("torch", node))
                 segment = None
                 continue
+            if _no_elements(self.values.get(node)) and node not in self.write_backs:
+                self.constants[node] = self.values[node]  # Note [Values with no elements]
+                continue
             if node in self.folded_writes or not self.depends_on_inputs(node):
                 value = self.before_write.get(node, self.values[node])
                 if isinstance(value, torch.Tensor):
@@ -537,6 +566,8 @@ class _Importer:
                     continue
             self.dynamic.add(node)
             try:
+                if _reads_no_elements(self, node):
+                    raise Unsupported("an operand has no elements")  # Note [Values with no elements]
                 if segment is None:
                     segment = Segment(sum(1 for kind, _ in steps if kind == "grove"))
                     steps.append(("grove", segment))
@@ -642,6 +673,7 @@ class _Importer:
                  dict(segment.params), segment.counter)
         try:
             result = converter(_Converter(self, segment, node), node_arguments(node))
+            self.check_gemm_dtypes(node, segment.program_nodes[saved[0]:])
         except (Unsupported, *_CONVERTER_ERRORS):
             (count, names, inputs, params, counter) = saved
             del segment.program_nodes[count:]
@@ -664,6 +696,28 @@ class _Importer:
             segment.names[(node, None)] = result
         segment.nodes.append(node)
         self.owner[node] = segment
+
+    # Note [GEMMs of other dtypes run in PyTorch]: grove's GEMMs and
+    # attention take f32, bf16 and f16; a node whose conversion uses one on
+    # f64 (a model in double precision), or giving integers (an integer mm
+    # on the host), runs in PyTorch. grove's compiler refused such a program
+    # whole, and torch.compile failed. Test:
+    # EdgeValuesTest.test_products_of_other_dtypes_run_in_pytorch
+    # (tests/python/importer_edge_values_test.py).
+    def check_gemm_dtypes(self, node, emitted):
+        """Raises Unsupported where `node`'s conversion (`emitted`) computes a
+        GEMM of a dtype grove's GEMMs do not take."""
+        if not any(entry["op"] in _GEMM_OPS for entry in emitted):
+            return
+        result = self.values[node]
+        results = list(result) if isinstance(result, (tuple, list)) else [result]
+        operands = [self.values.get(arg) for arg in node.all_input_nodes]
+        for position, item in enumerate(results + operands):
+            if not isinstance(item, torch.Tensor):
+                continue
+            is_result = position < len(results)
+            if item.dtype == torch.float64 or (is_result and item.dtype not in _GEMM_DTYPES):
+                raise Unsupported("grove's GEMMs take f32, bf16 or f16, not %s" % item.dtype)
 
     def finish_segments(self, steps):
         """Each segment returns the values used after it (by later steps or

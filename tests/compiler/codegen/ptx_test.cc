@@ -33,10 +33,10 @@ std::vector<KernelSpec> representative_kernels() {
     int i = k.load(k.input(DType::kI64, {33, 1}), DType::kI64);
     int s = k.scalar();
     int v = k.binary(ExprOp::kAdd, x, b);
-    for (ExprOp op :
-         {ExprOp::kGelu, ExprOp::kExp, ExprOp::kLog, ExprOp::kTanh, ExprOp::kSigmoid, ExprOp::kRelu,
-          ExprOp::kSqrt, ExprOp::kRsqrt, ExprOp::kAbs, ExprOp::kNeg, ExprOp::kFloor, ExprOp::kCeil,
-          ExprOp::kTrunc, ExprOp::kRound, ExprOp::kErf}) {
+    for (ExprOp op : {ExprOp::kGelu, ExprOp::kExp, ExprOp::kLog, ExprOp::kTanh, ExprOp::kSigmoid,
+                      ExprOp::kRelu, ExprOp::kSqrt, ExprOp::kRsqrt, ExprOp::kAbs, ExprOp::kNeg,
+                      ExprOp::kFloor, ExprOp::kCeil, ExprOp::kTrunc, ExprOp::kRound, ExprOp::kErf,
+                      ExprOp::kRoundToBf16, ExprOp::kRoundToF16}) {
       v = k.binary(ExprOp::kAdd, v, k.unary(op, h));
     }
     v = k.binary(ExprOp::kPow, v, s);
