@@ -893,6 +893,40 @@ class DynamoBackendTest(unittest.TestCase):
         with self.assertRaisesRegex(RuntimeError, "_local_scalar_dense|value out of"):
             grove.torch.compile_graph(function, [x, length])  # not dynamo's: the error stands
 
+    def test_a_graph_grove_cannot_compile_runs_in_pytorch(self):
+        # Note [A graph grove's compiler refuses runs in PyTorch]
+        # (grove/dynamo_backend.py): the importer took every op, but grove's
+        # compiler refuses the program (a refusal made here by the compile
+        # step itself, as the C API reports one).
+        from unittest import mock
+
+        from grove._capi import GroveError
+
+        def function(x, w):
+            return torch.softmax(x @ w, -1) * 2
+
+        x, w = torch.randn(3, 4), torch.randn(4, 5)
+
+        def refuse(self, *args, **kwargs):
+            raise GroveError(3, "grove_compile: model 'torch_graph_0': a program it refuses")
+
+        with mock.patch.object(importer.Plan, "compile", refuse):
+            with self.assertLogs("grove", level="WARNING") as logged:
+                compiled = grove.torch.grove_backend(function, [x, w])
+            self.assertIn("grove's compiler refused it", "\n".join(logged.output))
+            self.assertIn("a program it refuses", "\n".join(logged.output))
+            self.assertEqual([op for _, op, _ in compiled.unsupported], ["the whole graph"])
+            for _ in range(2):
+                x = torch.randn(3, 4)
+                torch.testing.assert_close(compiled(x, w), function(x, w))
+            # Not dynamo's graph, or strict: the error stands.
+            with self.assertRaisesRegex(GroveError, "a program it refuses"):
+                grove.torch.compile_graph(function, [x, w])
+            with self.assertRaisesRegex(GroveError, "a program it refuses"):
+                grove.torch.grove_backend(function, [x, w], options={"strict": True})
+        # Without the refusal the same graph compiles.
+        self.assertEqual(grove.torch.grove_backend(function, [x, w]).unsupported, [])
+
     def test_a_host_scalar_read_as_a_number_is_compiled_per_value(self):
         # Note [Host scalars specialized per value] (grove/dynamo_backend.py):
         # dynamo's graph of a Python float under dynamic=True (a 0-d CPU
