@@ -111,11 +111,31 @@ def strided_window_ids(value, size, stride, offset=None):
     return None if bool((ids < 0).any()) else ids
 
 
+def _overlaps(shape, strides):
+    """Whether a layout holds one storage element for two of its positions
+    (an expand's stride 0, overlapping windows)."""
+    dims = sorted((stride, size) for size, stride in zip(shape, strides) if size > 1)
+    reach = 0  # the storage span of the dims taken so far, less one
+    for stride, size in dims:
+        if stride <= reach:
+            return True
+        reach += (size - 1) * stride
+    return False
+
+
 def laid_out(value, strides, offset=0):
     """A copy of tensor `value` in a storage of its own, laid out with
-    `strides` (in elements) from element `offset`."""
+    `strides` (in elements) from element `offset`. Where the layout holds one
+    element for several positions (an expanded value's traced strides), the
+    positions that share an element hold equal values, and any one of them
+    is written there."""
     extent = offset + sum((size - 1) * stride for size, stride in zip(value.shape, strides)) + 1
     storage = torch.empty(max(extent, offset + 1), dtype=value.dtype, device=value.device)
     copy = storage.as_strided(value.shape, strides, offset)
+    if value.numel() and _overlaps(value.shape, strides):
+        positions = torch.arange(storage.numel(), device=value.device).as_strided(
+            value.shape, strides, offset)
+        storage[positions.reshape(-1)] = value.reshape(-1)
+        return copy
     copy.copy_(value)
     return copy

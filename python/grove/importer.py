@@ -144,8 +144,12 @@ def _unread_draw(node):
 # draw over a tensor (native_dropout, bernoulli, rand_like) reads its layout
 # too: the mask follows memory order, so a transposed operand handed over
 # contiguous drew another mask than eager PyTorch under the same seed (up to
-# 8.8 off on a dropout of a transpose). Tests:
+# 8.8 off on a dropout of a transpose). A traced layout may hold one element
+# for many positions (an expand's stride 0: HF's attention masks under
+# dynamic shapes); the copy then writes each shared element once
+# (fx_common.laid_out). Tests:
 # ImporterTest.test_as_strided_in_pytorch_reads_the_traced_layout,
+# test_a_pytorch_step_reads_an_expanded_layout,
 # test_as_strided_past_a_grove_value_is_refused (tests/python/importer_test.py)
 # and RandomDrawsTest.test_a_transposed_operand_keeps_its_dropout_and_the_draws_after_it
 # (tests/python/random_draws_test.py).

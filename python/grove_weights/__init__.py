@@ -50,7 +50,12 @@ def _as_array(value):
             raw = tensor.view(torch.int16).numpy().astype("<i2", copy=False)
             return "BF16", list(tensor.shape), raw.tobytes()
         value = tensor.numpy()
-    array = np.ascontiguousarray(value)
+    # Not np.ascontiguousarray: it makes a 0-d array 1-d, and the file then
+    # held shape [1] for a scalar the model declares as [] (Swin's exported
+    # constants; grove serve refused the file).
+    array = np.asarray(value)
+    if not array.flags.c_contiguous:
+        array = array.copy(order="C")
     name = _NUMPY_TO_SAFETENSORS.get(array.dtype.newbyteorder("="))
     if name is None:
         raise TypeError(f"dtype {array.dtype} has no safetensors name grove reads; "

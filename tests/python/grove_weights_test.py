@@ -142,6 +142,23 @@ class TorchWeightsTest(unittest.TestCase):
         np.testing.assert_array_equal(back["a"], [1.5, -2.0, 3.25])
         np.testing.assert_array_equal(back["ids"], tensors["ids"])
 
+    def test_scalars_keep_their_empty_shape(self):
+        # A 0-d tensor (an exported model's scalar constant) is shape [] in
+        # the file, as the program declares it; it was written as [1].
+        tensors = {"scale": torch.tensor(0.5), "count": np.array(7, dtype=np.int64),
+                   "strided": torch.arange(6.0).view(2, 3).t()}
+        grove_weights.save_file(tensors, self.path("s.safetensors"))
+        with open(self.path("s.safetensors"), "rb") as f:
+            length = int.from_bytes(f.read(8), "little")
+            header = json.loads(f.read(length))
+        self.assertEqual(header["scale"]["shape"], [])
+        self.assertEqual(header["count"]["shape"], [])
+        back = grove_weights.load_file(self.path("s.safetensors"))
+        self.assertEqual(back["scale"].shape, ())
+        self.assertEqual(float(back["scale"]), 0.5)
+        self.assertEqual(int(back["count"]), 7)
+        np.testing.assert_array_equal(back["strided"], tensors["strided"].numpy())
+
 
 if __name__ == "__main__":
     junit_main.main()

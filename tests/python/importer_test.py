@@ -513,6 +513,32 @@ class ImporterTest(unittest.TestCase):
                 x = torch.randn(8, 2, 3, 2)
                 torch.testing.assert_close(runner(x), chunks(x), msg=backend)
 
+    def test_a_pytorch_step_reads_an_expanded_layout(self):
+        # Note [Layouts a PyTorch step reads]: the traced layout of a value
+        # a step left to PyTorch reads may hold one element for many (an
+        # expand's stride 0, HF's attention masks under dynamic shapes); the
+        # copy laid out that way failed ("more than one element of the
+        # written-to tensor refers to a single memory location").
+        def expanded(x):
+            y = (x * 2)[:, None].expand(4, 3, 5)
+            return y.as_strided(y.size(), y.stride()) + 1, y.as_strided((4, 2, 5), (5, 0, 1)) * 3
+
+        from grove import aten_layout_ops
+
+        x = torch.randn(4, 5)
+        limit, aten_layout_ops._MOST_GATHERED = aten_layout_ops._MOST_GATHERED, 0
+        try:
+            plan = importer.import_graph(trace(expanded, x), [x])
+        finally:
+            aten_layout_ops._MOST_GATHERED = limit
+        self.assertEqual([op for _, op, _ in plan.unsupported], ["aten.as_strided"] * 2)
+        for backend in ("eager", "cudagraphs"):
+            runner = plan.compile(backend=backend)
+            for _ in range(3):
+                x = torch.randn(4, 5)
+                for got, want in zip(runner(x), expanded(x)):
+                    torch.testing.assert_close(got, want, msg=backend)
+
     def test_as_strided_windows_over_the_operand_run_in_grove(self):
         # Note [Strided windows over a value's own elements] (fx_common.py):
         # Longformer's overlapping chunks of a transposed projection, a
