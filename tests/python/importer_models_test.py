@@ -197,6 +197,33 @@ class RealModelShapesTest(unittest.TestCase):
         ops = {node["op"] for node in plan.programs()[0]["nodes"]}
         self.assertIn("bitwise_and", ops)
 
+    def test_multi_head_attention_in_eval_mode_imports_whole(self):
+        # nn.MultiheadAttention's inference fast path traces as one fused op
+        # (aten._native_multi_head_attention: torchvision's ViT, Whisper-like
+        # encoders); written out in grove ops (aten_fused_ops.py), self- and
+        # cross-attention, with the attention weights where they are read.
+        attention = nn.MultiheadAttention(16, 4, batch_first=True)
+        query, memory = torch.randn(2, 5, 16), torch.randn(2, 7, 16)
+
+        class SelfAttention(nn.Module):
+            def __init__(self, need_weights, average):
+                super().__init__()
+                self.attention, self.need, self.average = attention, need_weights, average
+
+            def forward(self, x, memory):
+                mixed, weights = self.attention(x, x, x, need_weights=self.need,
+                                                average_attn_weights=self.average)
+                crossed, _ = self.attention(x, memory, memory, need_weights=False)
+                out = mixed + crossed
+                return out if weights is None else out + weights.sum() * 0.1
+
+        for need_weights, average in ((False, True), (True, True), (True, False)):
+            module = SelfAttention(need_weights, average).eval()
+            with torch.no_grad():
+                traced = make_fx(module)(query, memory)
+            self.assertIn("_native_multi_head_attention", traced.code)
+            self.import_whole_and_match(module, (query, memory))
+
     def test_resnet_like_network(self):
         self.import_whole_and_match(SmallResNet(), (torch.randn(2, 3, 32, 32),))
 
