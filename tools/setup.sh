@@ -16,7 +16,7 @@ packages=(bazel-bootstrap bazel-platforms libgtest-dev nlohmann-json3-dev llvm-1
           zlib1g-dev libncurses-dev clang-format libcli11-dev libboost-dev
           prometheus-cpp-dev libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc
           libsentencepiece-dev sentencepiece
-          libdlpack-dev python3 python3-torch python3-numpy python3-requests python3-grpcio
+          libdlpack-dev python3 python3-torch python3-torchvision python3-numpy python3-requests python3-grpcio
           python3-protobuf python3-venv python3-pip curl wrk)
 
 missing=()

@@ -108,6 +108,27 @@ class ExportTest(unittest.TestCase):
 
         self.serve_and_compare("bert", module, inputs)
 
+    def test_torchvision_models_are_exported_and_served(self):
+        # Models nobody here wrote: a CNN with squeeze-excitation and
+        # hardswish, Swin (its shifted-window masks fold into 0-d constants,
+        # which the weights file once wrote as shape [1]) and ViT (its
+        # attention traces as nn.MultiheadAttention's fused op).
+        import torchvision
+
+        models = torchvision.models
+        for name, make in (("mobilenet_v3_small", lambda: models.mobilenet_v3_small(num_classes=10)),
+                           ("swin_t", lambda: models.swin_t(num_classes=10)),
+                           ("vit", lambda: models.VisionTransformer(
+                               image_size=32, patch_size=8, num_layers=2, num_heads=4,
+                               hidden_dim=64, mlp_dim=128, num_classes=10))):
+            torch.manual_seed(0)
+            module = make().eval()
+            for parameter in module.parameters():  # ViT's head starts at zero
+                if parameter.abs().max() == 0:
+                    torch.nn.init.normal_(parameter, 0, 0.2)
+            size = 32 if name == "vit" else 64
+            self.serve_and_compare(name, module, lambda rows: (torch.randn(rows, 3, size, size),))
+
     def test_a_module_with_an_op_left_to_pytorch_is_refused_naming_it(self):
         class WithCumprod(torch.nn.Module):
             def forward(self, x):
