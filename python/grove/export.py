@@ -88,14 +88,8 @@ def _generalize(first, second, batches, where="program"):
                       "only scale sizes with the batch" % (where, first, small, second, large))
 
 
-def export(module, example_inputs, out_dir, name=None, batch_sizes=(2, 3)):
-    """Writes `<out_dir>/<name>.json` and `<out_dir>/<name>.safetensors` for
-    `module` (eval mode) called on `example_inputs`, whose first dimension is
-    the batch; returns the two paths."""
-    import grove_weights
-
-    name = name or type(module).__name__.lower()
-    module = module.eval()
+def _traced(module, example_inputs, batch_sizes, name):
+    """(program, params) of `module` traced at each of `batch_sizes`."""
     traced = []
     for batch in batch_sizes:
         inputs = []
@@ -106,7 +100,23 @@ def export(module, example_inputs, out_dir, name=None, batch_sizes=(2, 3)):
             repeats = (batch + value.shape[0] - 1) // value.shape[0]
             inputs.append(value.repeat(repeats, *([1] * (value.dim() - 1)))[:batch].contiguous())
         traced.append(_program(module, inputs, name))
-    (first, params), (second, _) = traced
+    return traced
+
+
+def export(module, example_inputs, out_dir, name=None, batch_sizes=(2, 3)):
+    """Writes `<out_dir>/<name>.json` and `<out_dir>/<name>.safetensors` for
+    `module` (traced in eval mode; the module's own mode is given back)
+    called on `example_inputs`, whose first dimension is the batch; returns
+    the two paths."""
+    import grove_weights
+
+    name = name or type(module).__name__.lower()
+    was_training = module.training
+    module.eval()
+    try:
+        (first, params), (second, _) = _traced(module, example_inputs, batch_sizes, name)
+    finally:
+        module.train(was_training)
     program = _generalize(first, second, batch_sizes)
     program["dims"] = {"batch": batch_sizes[0]}
     for param in program["params"]:

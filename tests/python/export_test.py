@@ -134,9 +134,11 @@ class ExportTest(unittest.TestCase):
             def forward(self, x):
                 return torch.cumprod(x, dim=-1) * 2.0
 
+        module = WithCumprod().train()
         with tempfile.TemporaryDirectory() as out_dir:
             with self.assertRaisesRegex(grove_export.ExportError, "aten.cumprod"):
-                grove_export.export(WithCumprod(), (torch.randn(2, 8),), out_dir)
+                grove_export.export(module, (torch.randn(2, 8),), out_dir)
+        self.assertTrue(module.training)  # export traces in eval mode, then gives the mode back
 
     def test_a_size_that_does_not_scale_with_the_batch_is_refused(self):
         class Flatten(torch.nn.Module):
