@@ -714,14 +714,16 @@ class _Importer:
         if not any(entry["op"] in _GEMM_OPS for entry in emitted):
             return
         result = self.values[node]
+        # A tuple's other elements may be integers by design (the efficient
+        # attention's random seed and offset): only a lone result must be a
+        # float the GEMMs take.
+        if isinstance(result, torch.Tensor) and result.dtype not in _GEMM_DTYPES:
+            raise Unsupported("grove's GEMMs take f32, bf16 or f16, not %s" % result.dtype)
         results = list(result) if isinstance(result, (tuple, list)) else [result]
         operands = [self.values.get(arg) for arg in node.all_input_nodes]
-        for position, item in enumerate(results + operands):
-            if not isinstance(item, torch.Tensor):
-                continue
-            is_result = position < len(results)
-            if item.dtype == torch.float64 or (is_result and item.dtype not in _GEMM_DTYPES):
-                raise Unsupported("grove's GEMMs take f32, bf16 or f16, not %s" % item.dtype)
+        for item in results + operands:
+            if isinstance(item, torch.Tensor) and item.dtype == torch.float64:
+                raise Unsupported("grove's GEMMs take f32, bf16 or f16, not float64")
 
     def finish_segments(self, steps):
         """Each segment returns the values used after it (by later steps or

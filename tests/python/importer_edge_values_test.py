@@ -112,6 +112,32 @@ class EdgeValuesTest(ConverterCase):
         ints = torch.randint(-5, 5, (3, 4)), torch.randint(-5, 5, (4, 2))
         self.check_edges(lambda a, b: (a @ b) + 1, list(ints), unsupported=["aten.mm"])
 
+    def test_a_gemm_giving_integers_beside_its_float_result_is_taken(self):
+        # The efficient attention returns its random seed and offset as
+        # int64 beside the float result (PyTorch 2.x): those elements do not
+        # make it a GEMM of integers (every HF decoder's attention went to
+        # PyTorch on the H200 when they did, call B). A lone integer result
+        # and a float64 operand still do.
+        graph = make_fx(lambda a, b: a @ b)(torch.randn(2, 3), torch.randn(3, 4))
+        node = next(n for n in graph.graph.nodes if n.op == "call_function")
+        check = importer._Importer.check_gemm_dtypes
+        emitted = [{"op": "matmul"}]
+
+        class Values:
+            def __init__(self, result, operand):
+                self.values = {node: result}
+                self.values.update({arg: operand for arg in node.all_input_nodes})
+
+        pair = (torch.randn(2, 4), torch.zeros(2, dtype=torch.int64))
+        check(Values(pair, torch.randn(2, 3)), node, emitted)
+        check(Values(torch.randn(2, 4), torch.randn(2, 3)), node, emitted)
+        for result, operand in ((torch.zeros(2, 4, dtype=torch.int64), torch.randn(2, 3)),
+                                (pair, torch.randn(2, 3, dtype=torch.float64))):
+            with self.assertRaises(importer.Unsupported):
+                check(Values(result, operand), node, emitted)
+        check(Values(torch.zeros(2, 4, dtype=torch.int64), torch.randn(2, 3)), node,
+              [{"op": "add"}])  # no GEMM emitted: nothing to check
+
     def test_tests_for_non_finite_values(self):
         y = torch.tensor([1.0, NAN, 2.0, 3.0, 0.5, INF, -INF, NAN, 1.0, -3.0, 2.0, 0.0])
 
