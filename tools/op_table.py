@@ -84,7 +84,14 @@ MODULES = [
      "upsampling: four gathers weighed in f32; bicubic: four a dim), repeat and as_strided windows as broadcasts "
      "and reshapes, pixel shuffles as reshape-permute-reshape, "
      "cumsum: a GEMM with a triangle of ones (floats), log2(n) shifted adds (integers)"),
-    ("grove.aten_fused_ops", "written out: attention, layer norms, ReLU/GELU MLP"),
+    ("grove.aten_fused_ops", "written out: attention (nn.MultiheadAttention's fast path: "
+     "self- and cross-attention, the weights where read), layer norms, ReLU/GELU MLP"),
+    ("grove.aten_nonfinite_ops", "tests for NaN and infinities (x != x, abs(x) against inf), "
+     "nan_to_num and fmax/fmin as wheres"),
+    ("grove.aten_special_ops", "written out in elementwise ops and max/sum reductions: "
+     "signbit (-0.0 by 1/x), copysign, logit, xlogy, logaddexp, shrinkage, heaviside, sinc, "
+     "amin (as -max(-x)), nansum; the L1/Huber and logit BCE losses, the first two with "
+     "their backwards"),
     ("grove.aten_loss_ops", "mse and nll losses and their backwards, written out in grove ops "
      "(nll_loss: no class weights, no reduction='none')"),
     ("grove.aten_backward_ops", "backward ops of training graphs, written out in grove ops"),

@@ -37,6 +37,7 @@ from grove import aten_norm_ops  # noqa: F401 (adds vector norms, logsumexp, std
 from grove import aten_pointwise_ops  # noqa: F401 (adds trigonometry, rounding, bitwise ops)
 from grove import aten_resample_ops  # noqa: F401 (adds antialiased resampling)
 from grove import aten_sort_ops  # noqa: F401 (adds sort and argsort)
+from grove import aten_special_ops  # noqa: F401 (adds logit, xlogy, amin, regression losses)
 from grove import aten_triangle_ops  # noqa: F401 (adds tril and triu)
 from grove import aten_unfold_ops  # noqa: F401 (adds Tensor.unfold and its backward)
 from grove import aten_weight_norm_ops  # noqa: F401 (adds weight normalization)

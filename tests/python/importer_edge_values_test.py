@@ -25,7 +25,7 @@ def _as_list(value):
     return list(value) if isinstance(value, (tuple, list)) else [value]
 
 
-class EdgeValuesTest(ConverterCase):
+class EdgeValuesCase(ConverterCase):
     def check_edges(self, function, inputs, unsupported=(), signed_zeros=True):
         """Like ConverterCase.check, with NaN equal to NaN and, where
         `signed_zeros`, -0.0 told from 0.0."""
@@ -56,6 +56,8 @@ class EdgeValuesTest(ConverterCase):
             self.assertTrue(torch.equal(actual.nan_to_num(7.0), eager.nan_to_num(7.0)))
         return plan
 
+
+class EdgeValuesTest(EdgeValuesCase):
     def test_positions_of_nan_extremes(self):
         # Note [NaN is the largest position] (grove/aten_argmax_ops.py): the
         # position was the row's size, out of range, in a row holding NaN.
