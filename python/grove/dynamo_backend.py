@@ -165,6 +165,26 @@ class GraphInPyTorch:
         return self.gm(*args)
 
 
+# Note [Outputs taken back after their generation]: under torch.compile every
+# top-level compiled call starts a new generation of the CUDA graph tree, as
+# in PyTorch's reduce-overhead mode, and the pool memory of the previous
+# generation's outputs is reclaimed. A program that keeps such an output and
+# passes it to a later call (Hugging Face's default, growing KV cache: each
+# step's keys are the concatenation a compiled call returned) gets grove's
+# StaleOutputError, where reduce-overhead raises its "accessing tensor output
+# of CUDAGraphs that has been overwritten". The door adds what to do to the
+# message: a static cache (Hugging Face's cache_implementation="static"),
+# which the graphs write in place, or a clone of the output.
+# Test: GpuUserScenariosTest.test_a_growing_cache_is_refused_naming_the_static_cache
+# (tests/python/gpu_user_scenarios_test.py).
+_RECLAIMED = "lies in pool memory that no live output owns"
+_TAKEN_BACK = (". Under torch.compile each top-level call is a new generation, as in "
+               "PyTorch's reduce-overhead mode: a tensor one call returned and a later call "
+               "takes back (a growing KV cache) must be cloned first; for Hugging Face's "
+               "generate, use a static cache (cache_implementation=\"static\"), which the "
+               "graphs update in place")
+
+
 class CompiledGraph:
     """What the backend returns to dynamo: a callable over the graph's inputs
     (Note [Static inputs that move])."""
@@ -198,6 +218,15 @@ class CompiledGraph:
         self._invoked = self.from_dynamo and runner.backend != "eager"
 
     def __call__(self, *args):
+        try:
+            return self._door_or_layered_call(args)
+        except _capi.StaleOutputError as error:
+            if _RECLAIMED not in str(error):
+                raise
+            # Note [Outputs taken back after their generation]
+            raise _capi.StaleOutputError(error.status, str(error) + _TAKEN_BACK) from None
+
+    def _door_or_layered_call(self, args):
         host = self.runner.host_positions
         if host:  # Note [Host tensors passed to a device graph]
             args = _on_device(args, host, self.runner.device)

@@ -216,6 +216,24 @@ class GpuInferenceScenariosTest(unittest.TestCase):
         self.assertTrue(torch.equal(tokens[0], tokens[1]))
         self.assertTrue(torch.equal(tokens[2], tokens[1]))
 
+    @unittest.skipUnless(_has_transformers(), "transformers is not installed")
+    def test_a_growing_cache_is_refused_naming_the_static_cache(self):
+        # Note [Outputs taken back after their generation]
+        # (grove/dynamo_backend.py): the default cache concatenates each
+        # step's keys in a compiled call and hands them to the next one.
+        import grove
+
+        model = llama()
+        model.forward = compiled(model.forward)
+        ids = torch.randint(3, 500, (2, 10), device=D)
+        with self.assertRaisesRegex(grove.StaleOutputError,
+                                    'reduce-overhead mode.*cache_implementation="static"'):
+            model.generate(ids, max_new_tokens=24, min_new_tokens=24, do_sample=False)
+        # The same model with a static cache runs.
+        tokens = model.generate(ids, max_new_tokens=8, do_sample=False,
+                                cache_implementation="static")
+        self.assertEqual(tuple(tokens.shape), (2, 18))
+
 
 def _train_pair(test, make, steps, batch, loss_of, optimizer=None, bound=TOLERANCE):
     """Trains `make()` through the door and a copy eagerly, step by step; the
