@@ -319,24 +319,56 @@ _GEMM_OPS = {"matmul", "linear", "attention"}
 _GEMM_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 
 
+_REDUCING_OPS = {"aten." + name for name in (
+    "sum", "mean", "amax", "amin", "max", "min", "prod", "var", "std", "var_mean", "std_mean",
+    "any", "all", "argmax", "argmin", "logsumexp", "linalg_vector_norm", "norm", "nansum",
+    "count_nonzero", "mm", "bmm", "addmm", "baddbmm", "matmul", "dot", "mv", "einsum")}
+
+
 # Note [Values with no elements]: a value with no elements (an empty batch,
 # a mixture-of-experts expert no token chose, an empty index) holds nothing a
 # kernel could compute, and its shape is fixed per compilation: it is folded
 # into a constant like a node that depends on no input. A node that makes
-# elements out of empty operands (a sum over an empty dimension is 0, a mean
-# NaN, an amax an error) runs in PyTorch, which has those rules; concat
-# simply skips its empty pieces in grove. grove's compiler refused both
+# elements out of empty operands by reducing over them (a sum over an empty
+# dimension is 0, a mean NaN, an amax an error; a product over an empty
+# inner dimension is 0) runs in PyTorch, which has those rules; other ops
+# take an empty operand along (concat's empty pieces, a batch norm
+# backward's empty saved statistics in eval mode). grove's compiler refused both
 # before ("cannot reduce over the empty dimension"), and torch.compile
 # failed. Test: EdgeValuesTest.test_values_with_no_elements
 # (tests/python/importer_edge_values_test.py).
+# Note [Float64 runs in PyTorch]: grove's kernels compute in f32 registers
+# (Note [Kernel spec types]); an f64 value was loaded, computed and stored
+# back through f32, so a model in double precision got single precision
+# without a word (x.double() * 1e-300 gave 0). A node that gives f64, or
+# reads an f64 tensor of rank 1 or more, runs in
+# PyTorch; a 0-d f64 operand (a Python float dynamo passes as a tensor) does
+# not make an f32 op f64, as in PyTorch, and stays. Values of dtypes grove
+# holds no register for at all (uint8, int8, int16) likewise reach grove
+# only through a PyTorch node: Note [Values of dtypes grove does not hold].
+# Test: EdgeValuesTest.test_float64_and_narrow_integers_run_in_pytorch
+# (tests/python/importer_edge_values_test.py).
+def _check_no_float64(importer, node):
+    result = importer.values.get(node)
+    results = result if isinstance(result, (tuple, list)) else [result]
+    if any(isinstance(item, torch.Tensor) and item.dtype == torch.float64 for item in results):
+        raise Unsupported("torch.float64 (grove computes in f32)")
+    for arg in node.all_input_nodes:
+        value = importer.values.get(arg)
+        if isinstance(value, torch.Tensor) and value.dtype == torch.float64 and value.dim():
+            raise Unsupported("a torch.float64 operand (grove computes in f32)")
+
+
 def _no_elements(value):
     return isinstance(value, torch.Tensor) and value.numel() == 0
 
 
 def _reads_no_elements(importer, node):
-    """Whether `node` (whose own result has elements) reads a tensor with
-    none, other than a concat's piece."""
-    if op_name(node.target) == "aten.cat":
+    """Whether `node`, a reduction or a product (whose own result has
+    elements), reads a tensor with none. Other ops pass an empty operand
+    through (native_batch_norm_backward's empty saved statistics in eval
+    mode, a concat's empty piece)."""
+    if op_name(node.target) not in _REDUCING_OPS:
         return False
     return any(_no_elements(importer.values.get(arg)) for arg in node.all_input_nodes)
 
@@ -415,6 +447,10 @@ class _Importer:
         value = self.values[node] if position is None else self.values[node][position]
         if not isinstance(value, torch.Tensor):
             raise Unsupported("operand %s is not a tensor" % node.name)
+        # Note [Values of dtypes grove does not hold]: an image of uint8, an
+        # int8 or int16 tensor: the node reading it runs in PyTorch (a cast
+        # to float, typically), and grove takes over from its result.
+        dtype_name(value.dtype)
         grove_name = "v%d.%s" % (len(segment.names), node.name)
         if node.op == "get_attr" or node in self.static_nodes:
             if value.device != self.device:
@@ -573,6 +609,7 @@ class _Importer:
             try:
                 if _reads_no_elements(self, node):
                     raise Unsupported("an operand has no elements")  # Note [Values with no elements]
+                _check_no_float64(self, node)
                 if segment is None:
                     segment = Segment(sum(1 for kind, _ in steps if kind == "grove"))
                     steps.append(("grove", segment))

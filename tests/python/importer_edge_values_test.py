@@ -107,12 +107,34 @@ class EdgeValuesTest(EdgeValuesCase):
 
     def test_products_of_other_dtypes_run_in_pytorch(self):
         # Note [GEMMs of other dtypes run in PyTorch] (grove/importer.py).
-        a = torch.randn(3, 4, dtype=torch.float64)
-        w = torch.randn(4, 2, dtype=torch.float64)
-        self.check_edges(lambda a, w: (torch.exp(a @ w) * 2, a.sum(-1)), [a, w],
-                         unsupported=["aten.mm"])
         ints = torch.randint(-5, 5, (3, 4)), torch.randint(-5, 5, (4, 2))
         self.check_edges(lambda a, b: (a @ b) + 1, list(ints), unsupported=["aten.mm"])
+
+    def test_float64_and_narrow_integers_run_in_pytorch(self):
+        # Note [Float64 runs in PyTorch] (grove/importer.py): x.double() *
+        # 1e-300 gave 0, every f64 value having passed through f32.
+        a = torch.randn(3, 4, dtype=torch.float64) + 1e-12
+        w = torch.randn(4, 2, dtype=torch.float64)
+        plan = self.check_edges(
+            lambda a, w, x: (torch.exp(a @ w) * 2, a.sum(-1), a * 1e-300,
+                             (a.float() * 2).tanh(), x.double() + 1e-12),
+            [a, w, torch.randn(3, 4)],
+            unsupported=["aten.mm", "aten.exp", "aten.mul", "aten.sum", "aten.mul",
+                         "aten._to_copy", "aten._to_copy", "aten.add"])
+        # What the f32 value feeds stays in grove.
+        self.assertEqual({op for program in plan.programs() for op in
+                          (node["op"] for node in program["nodes"])} & {"mul", "tanh"},
+                         {"mul", "tanh"})
+        # An f32 op of a 0-d f64 tensor (a Python float dynamo passed as one) stays in grove.
+        plan = self.check_edges(lambda x, scale: (x * scale).tanh(),
+                                [torch.randn(3, 4), torch.tensor(0.5, dtype=torch.float64)])
+        self.assertEqual(plan.unsupported, [])
+        # Values grove holds no register for: the cast reading them runs in PyTorch.
+        image = torch.randint(0, 256, (2, 3, 4, 4), dtype=torch.uint8)
+        for narrow in (image, image.to(torch.int8), image.to(torch.int16)):
+            plan = self.check_edges(lambda x: (x.float() / 255 - 0.5) * 2, [narrow],
+                                    unsupported=["aten._to_copy"])
+            self.assertEqual([kind for kind, _ in plan.steps], ["torch", "grove"])
 
     def test_a_gemm_giving_integers_beside_its_float_result_is_taken(self):
         # The efficient attention returns its random seed and offset as
