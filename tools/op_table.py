@@ -104,12 +104,14 @@ FOOTER = [
     "`add_`, buffers) | traced functionalized; each write-back (`copy_` of a whole input) is "
     "`copy_into`: in place for static inputs, copied back by the tree for others (Note [Writes "
     "into graph inputs]) |",
-    "| nodes that depend on no input (ones, full, arange, a causal mask) | computed once, bound "
-    "as constants |",
+    "| nodes that depend on no input (ones, full, arange, a causal mask), and values with no "
+    "elements (an empty batch) | computed once, bound as constants |",
     "| anything else (cumprod, sort of rows beyond 2048, topk beyond k = 64, scatter with a "
     "reduction, bicubic grid sampling, FFTs and complex values, a boolean mask's write of a "
-    "value per picked position, integer sums of more than 65,793 values, ...) | runs in PyTorch "
-    "between grove segments |",
+    "value per picked position, integer sums of more than 65,793 values, float64 values "
+    "(grove's kernels compute in f32), uint8/int8/int16 tensors until a cast, reductions and "
+    "products over no elements, a graph grove's compiler refuses, ...) | runs in PyTorch "
+    "between grove segments (a refused graph: whole, with a warning) |",
 ]
 
 
