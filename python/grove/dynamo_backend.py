@@ -171,8 +171,10 @@ class GraphInPyTorch:
 # generation's outputs is reclaimed. A program that keeps such an output and
 # passes it to a later call (Hugging Face's default, growing KV cache: each
 # step's keys are the concatenation a compiled call returned) gets grove's
-# StaleOutputError, where reduce-overhead raises its "accessing tensor output
-# of CUDAGraphs that has been overwritten". The door adds what to do to the
+# StaleOutputError once it replays a length it met before (a first generate
+# meets each length in a warm-up, whose outputs leave the pool), where
+# reduce-overhead raises its "accessing tensor output of CUDAGraphs that has
+# been overwritten" at once. The door adds what to do to the
 # message: a static cache (Hugging Face's cache_implementation="static"),
 # which the graphs write in place, or a clone of the output.
 # Test: GpuUserScenariosTest.test_a_growing_cache_is_refused_naming_the_static_cache
