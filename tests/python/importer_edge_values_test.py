@@ -27,34 +27,18 @@ def _as_list(value):
 
 class EdgeValuesCase(ConverterCase):
     def check_edges(self, function, inputs, unsupported=(), signed_zeros=True):
-        """Like ConverterCase.check, with NaN equal to NaN and, where
+        """ConverterCase.check with NaN equal to NaN and, where
         `signed_zeros`, -0.0 told from 0.0."""
-        def fresh():
-            return [t.clone() for t in inputs]
+        def zeros_signed_alike(index, actual, wanted):
+            if not (signed_zeros and actual.is_floating_point()):
+                return
+            zeros = wanted == 0
+            self.assertTrue(torch.equal(torch.signbit(actual[zeros]), torch.signbit(wanted[zeros])),
+                            "output %d: signs of zero %s, torch %s" % (
+                                index, actual[zeros].tolist(), wanted[zeros].tolist()))
 
-        with torch.no_grad():
-            graph = make_fx(function)(*fresh())
-            expected = _as_list(function(*fresh()))
-        plan = importer.import_graph(graph, fresh())
-        self.assertEqual([op for _, op, _ in plan.unsupported], list(unsupported),
-                         plan.unsupported)
-        results = {}
-        for backend in ("eager", "cudagraphs"):
-            runner = plan.compile(backend=backend)
-            for _ in range(2):
-                results[backend] = [t.clone() for t in _as_list(runner(*fresh()))]
-        for index, (actual, wanted) in enumerate(zip(results["eager"], expected)):
-            torch.testing.assert_close(actual, wanted, rtol=1e-5, atol=1e-6, equal_nan=True,
-                                       msg=lambda m: "output %d: %s" % (index, m))
-            if signed_zeros and actual.is_floating_point():
-                zeros = wanted == 0
-                self.assertTrue(torch.equal(torch.signbit(actual[zeros]),
-                                            torch.signbit(wanted[zeros])),
-                                "output %d: signs of zero %s, torch %s" % (
-                                    index, actual[zeros].tolist(), wanted[zeros].tolist()))
-        for actual, eager in zip(results["cudagraphs"], results["eager"]):
-            self.assertTrue(torch.equal(actual.nan_to_num(7.0), eager.nan_to_num(7.0)))
-        return plan
+        return self.check(function, inputs, rtol=1e-5, atol=1e-6, unsupported=unsupported,
+                          equal_nan=True, also=zeros_signed_alike)
 
 
 class EdgeValuesTest(EdgeValuesCase):

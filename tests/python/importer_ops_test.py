@@ -33,9 +33,10 @@ class ConverterCase(unittest.TestCase):
         torch.manual_seed(20261126)
 
     def check(self, function, inputs, rtol=RTOL, atol=ATOL, unsupported=(),
-              backends=("eager", "cudagraphs")):
+              backends=("eager", "cudagraphs"), equal_nan=False, also=None):
         """Imports make_fx(function), runs it eagerly and as graphs, and
-        compares with torch; returns the plan."""
+        compares with torch (NaN equal to NaN where `equal_nan`; then
+        also(index, actual, wanted) per output, where given); returns the plan."""
         def fresh():  # a function may write into its inputs
             return [t.clone() for t in inputs]
 
@@ -51,9 +52,13 @@ class ConverterCase(unittest.TestCase):
             for _ in range(2):
                 results[backend] = [t.clone() for t in _as_list(runner(*fresh()))]
         for index, (actual, wanted) in enumerate(zip(results["eager"], expected)):
-            torch.testing.assert_close(actual, wanted, rtol=rtol, atol=atol,
+            torch.testing.assert_close(actual, wanted, rtol=rtol, atol=atol, equal_nan=equal_nan,
                                        msg=lambda m: "output %d: %s" % (index, m))
+            if also is not None:
+                also(index, actual, wanted)
         for actual, eager in zip(results.get("cudagraphs", []), results["eager"]):
+            if equal_nan and actual.is_floating_point():
+                actual, eager = actual.nan_to_num(7.0), eager.nan_to_num(7.0)
             self.assertTrue(torch.equal(actual, eager))
         return plan
 
