@@ -753,6 +753,19 @@ def _single_value_output(gm):
 MAX_SCALAR_VALUES = 8
 
 
+# Note [Many shapes compile many graphs]: under dynamic sizes (dynamo's
+# automatic dynamic shapes after a second size, or dynamic=True) grove
+# compiles a static program per concrete shape (PerShapeGraph), where
+# PyTorch's inductor compiles once and its trees record per size. A workload
+# of many lengths (BERT over 40 lengths: 0.76 s a new length on an H200,
+# session 32 call F) then spends its time compiling and keeps every graph.
+# The answers stay right; at SHAPES_WARNED_AT shapes of one graph a warning
+# says so once and names the remedy (buckets), as PyTorch warns past its
+# cudagraph_dynamic_shape_warn_limit. Test:
+# TorchBackendTest.test_many_shapes_warn_once (tests/python/importer_test.py).
+SHAPES_WARNED_AT = 16
+
+
 def host_scalar_positions(gm, example_inputs):
     """Positions of the graph's 0-d CPU tensor inputs it reads as Python
     numbers (Note [Host scalars specialized per value])."""
@@ -862,6 +875,13 @@ class PerShapeGraph:
             compiled = (positions, _compile_graph(specialized, tensors, self.from_dynamo,
                                                          **self.options))
             self.compiled[key] = compiled
+            if len(self.compiled) == SHAPES_WARNED_AT:
+                # Note [Many shapes compile many graphs]
+                log.warning("grove: a graph with dynamic sizes has now been compiled for %d "
+                            "input shapes (%s the latest): grove compiles and records a graph "
+                            "per shape, a second or so each, and keeps them all; pad inputs "
+                            "to a few sizes (buckets) to bound both", SHAPES_WARNED_AT,
+                            [tuple(t.shape) for t in tensors])
         positions, function = compiled
         return function(*[args[position] for position in positions])
 

@@ -1382,6 +1382,27 @@ class TorchBackendTest(unittest.TestCase):
             torch.testing.assert_close(compiled(x, 4), function(x, 4))
         self.assertEqual(len(compiled.compiled), 4)
 
+    def test_many_shapes_warn_once(self):
+        # Note [Many shapes compile many graphs] (grove/dynamo_backend.py).
+        from grove import dynamo_backend
+
+        def function(x, rows):
+            return torch.tanh(x.view(rows, -1)) * 2
+
+        gm = torch.fx.symbolic_trace(function)
+        compiled = grove.torch.grove_backend(gm, [torch.randn(2, 3), 2],
+                                             options={"mode": "eager"})
+        limit = dynamo_backend.SHAPES_WARNED_AT
+        with self.assertLogs("grove", level="WARNING") as logged:
+            for rows in range(1, limit + 4):
+                x = torch.randn(rows, 3)
+                torch.testing.assert_close(compiled(x, rows), function(x, rows))
+        warnings = [line for line in logged.output if "input shapes" in line]
+        self.assertEqual(len(warnings), 1, logged.output)
+        self.assertIn("compiled for %d input shapes" % limit, warnings[0])
+        self.assertIn("buckets", warnings[0])
+        self.assertEqual(len(compiled.compiled), limit + 3)  # the answers stay grove's
+
     def test_unknown_options_are_named(self):
         gm = torch.fx.symbolic_trace(Mlp())
         with self.assertRaisesRegex(ValueError, "unknown option.*fast"):
