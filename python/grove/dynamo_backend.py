@@ -187,6 +187,14 @@ _TAKEN_BACK = (". Under torch.compile each top-level call is a new generation, a
                "graphs update in place")
 
 
+def _with_what_to_do(error):
+    """Note [Outputs taken back after their generation]: the error, with the
+    door's advice where an input was an output of an ended generation."""
+    if _RECLAIMED not in str(error):
+        return error
+    return _capi.StaleOutputError(error.status, str(error) + _TAKEN_BACK)
+
+
 class CompiledGraph:
     """What the backend returns to dynamo: a callable over the graph's inputs
     (Note [Static inputs that move])."""
@@ -220,15 +228,6 @@ class CompiledGraph:
         self._invoked = self.from_dynamo and runner.backend != "eager"
 
     def __call__(self, *args):
-        try:
-            return self._door_or_layered_call(args)
-        except _capi.StaleOutputError as error:
-            if _RECLAIMED not in str(error):
-                raise
-            # Note [Outputs taken back after their generation]
-            raise _capi.StaleOutputError(error.status, str(error) + _TAKEN_BACK) from None
-
-    def _door_or_layered_call(self, args):
         host = self.runner.host_positions
         if host:  # Note [Host tensors passed to a device graph]
             args = _on_device(args, host, self.runner.device)
@@ -238,8 +237,12 @@ class CompiledGraph:
                 return door(args, _dynamo_invocation_key() if self._invoked else None)
             except StaticInputMovedError:
                 pass  # nothing ran: the layered call below rebuilds
+            except _capi.StaleOutputError as error:
+                raise _with_what_to_do(error) from None
         try:
             return self._layered_call(args)
+        except _capi.StaleOutputError as error:
+            raise _with_what_to_do(error) from None
         finally:
             if self._door_pending and (self.runner.verified_calls
                                        >= self.runner.calls_to_verify):
