@@ -1,10 +1,11 @@
 """Converters of ATen's less common pointwise functions and reductions that
 real models and their losses reach, written out in grove ops: logit, xlogy
 (kl_div's), copysign, signbit, frac, logaddexp, soft and hard shrinkage,
-sgn, heaviside, sinc, deg2rad/rad2deg, amin and nansum of floats; and the
-losses binary_cross_entropy_with_logits, smooth_l1_loss and huber_loss with
-the backwards of the last two. Before, each split its graph and ran in
-PyTorch. Importing this module adds them to aten_ops.CONVERTERS."""
+sgn, heaviside, sinc, deg2rad/rad2deg, amin and nansum of floats, the
+backwards of logit and of the shrinkages; and the losses
+binary_cross_entropy_with_logits, smooth_l1_loss and huber_loss with the
+backwards of the last two. Before, each split its graph and ran in PyTorch.
+Importing this module adds them to aten_ops.CONVERTERS."""
 
 import math
 
@@ -95,6 +96,30 @@ def _hardshrink(c, a):
     inside = c.emit("bitwise_and", [c.emit("ge", [x, c.scalar(-level, dtype)]),
                                     c.emit("le", [x, c.scalar(level, dtype)])])
     return _where(c, inside, c.scalar(0.0, dtype), x)
+
+
+def _logit_backward(c, a):
+    """g / (x (1 - x)); with eps, 0 where x lies outside [eps, 1 - eps]."""
+    dtype, (grad, x) = floating_operands(c, a, ("grad_output", "self"))
+    one = c.scalar(1.0, dtype)
+    out = c.emit("div", [grad, c.emit("mul", [x, c.emit("sub", [one, x])])])
+    eps = a.get("eps")
+    if eps is None:
+        return out
+    outside = c.emit("bitwise_or", [c.emit("lt", [x, c.scalar(eps, dtype)]),
+                                    c.emit("gt", [x, c.scalar(1.0 - eps, dtype)])])
+    return _where(c, outside, c.scalar(0.0, dtype), out)
+
+
+def _shrink_backward(grad_name):
+    """soft and hard shrinkage: the gradient where |x| > lambd, else 0."""
+    def convert(c, a):
+        dtype, (grad, x) = floating_operands(c, a, (grad_name, "self"))
+        level = c.scalar(float(a["lambd"]), dtype)
+        passes = c.emit("gt", [magnitude(c, x, dtype), level])
+        return _where(c, passes, grad, c.scalar(0.0, dtype))
+
+    return convert
 
 
 def _sgn(c, a):
@@ -261,6 +286,9 @@ CONVERTERS.update({
     "aten.logaddexp": _logaddexp,
     "aten.softshrink": _softshrink,
     "aten.hardshrink": _hardshrink,
+    "aten.logit_backward": _logit_backward,
+    "aten.softshrink_backward": _shrink_backward("grad_output"),
+    "aten.hardshrink_backward": _shrink_backward("grad_out"),
     "aten.sgn": _sgn,
     "aten.heaviside": _heaviside,
     "aten.sinc": in_floats(_sinc),

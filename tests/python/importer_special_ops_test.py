@@ -61,12 +61,15 @@ class SpecialOpsTest(edge.EdgeValuesCase):
                                                weight=torch.linspace(1, 2, 5), reduction="sum")),
             [x, target])
 
-    def test_regression_loss_backwards_match_autograd(self):
+    def test_backwards_match_autograd(self):
         x, target = torch.randn(6, 5), torch.randn(6, 5) * 2
         for loss in (lambda a, b: F.smooth_l1_loss(a, b, beta=0.5),
                      lambda a, b: F.smooth_l1_loss(a, b, beta=0.0, reduction="sum"),
                      lambda a, b: F.huber_loss(a, b, delta=0.4),
-                     lambda a, b: F.binary_cross_entropy_with_logits(a, b.sigmoid())):
+                     lambda a, b: F.binary_cross_entropy_with_logits(a, b.sigmoid()),
+                     lambda a, b: (torch.logit(a.sigmoid()) * b).sum(),
+                     lambda a, b: (torch.logit(a.sigmoid() * 1.2 - 0.1, eps=0.05) * b).sum(),
+                     lambda a, b: (F.softshrink(a, 0.3) * b + F.hardshrink(a, 0.6) * b).sum()):
             gradient = _gradient_of(loss)
             plan = importer.import_graph(make_fx(gradient)(x, target), [x, target])
             self.assertEqual(plan.unsupported, [])
