@@ -54,7 +54,7 @@ from grove.fx_common import (  # noqa: F401 (part of this module's interface)
     strided_window_ids,
 )
 from grove.inplace import functionalize_inplace, mutates_first_argument, storage_key
-from grove import input_writes, random_draws
+from grove import input_writes, random_draws, value_kinds
 from grove.input_writes import write_backs
 from grove.runner import GraphRunner
 from grove.segments import Segment, segment_program  # noqa: F401 (part of this module's interface)
@@ -314,65 +314,6 @@ _SKIPPED_CHECKS = {"aten._assert_tensor_metadata", "aten._assert_async", "aten._
 # Queries of metadata with no effect (autograd's as_strided backward asks
 # is_same_size and ignores the answer in the trace): left out where unread.
 _UNREAD_QUERIES = {"aten.is_same_size"}
-# grove ops computed by a GEMM (Note [GEMMs of other dtypes run in PyTorch]).
-_GEMM_OPS = {"matmul", "linear", "attention"}
-_GEMM_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
-
-
-_REDUCING_OPS = {"aten." + name for name in (
-    "sum", "mean", "amax", "amin", "max", "min", "prod", "var", "std", "var_mean", "std_mean",
-    "any", "all", "argmax", "argmin", "logsumexp", "linalg_vector_norm", "norm", "nansum",
-    "count_nonzero", "mm", "bmm", "addmm", "baddbmm", "matmul", "dot", "mv", "einsum")}
-
-
-# Note [Values with no elements]: a value with no elements (an empty batch,
-# a mixture-of-experts expert no token chose, an empty index) holds nothing a
-# kernel could compute, and its shape is fixed per compilation: it is folded
-# into a constant like a node that depends on no input. A node that makes
-# elements out of empty operands by reducing over them (a sum over an empty
-# dimension is 0, a mean NaN, an amax an error; a product over an empty
-# inner dimension is 0) runs in PyTorch, which has those rules; other ops
-# take an empty operand along (concat's empty pieces, a batch norm
-# backward's empty saved statistics in eval mode). grove's compiler refused both
-# before ("cannot reduce over the empty dimension"), and torch.compile
-# failed. Test: EdgeValuesTest.test_values_with_no_elements
-# (tests/python/importer_edge_values_test.py).
-# Note [Float64 runs in PyTorch]: grove's kernels compute in f32 registers
-# (Note [Kernel spec types]); an f64 value was loaded, computed and stored
-# back through f32, so a model in double precision got single precision
-# without a word (x.double() * 1e-300 gave 0). A node that gives f64, or
-# reads an f64 tensor of rank 1 or more, runs in
-# PyTorch; a 0-d f64 operand (a Python float dynamo passes as a tensor) does
-# not make an f32 op f64, as in PyTorch, and stays. Values of dtypes grove
-# holds no register for at all (uint8, int8, int16) likewise reach grove
-# only through a PyTorch node: Note [Values of dtypes grove does not hold].
-# Test: EdgeValuesTest.test_float64_and_narrow_integers_run_in_pytorch
-# (tests/python/importer_edge_values_test.py).
-def _check_no_float64(importer, node):
-    result = importer.values.get(node)
-    results = result if isinstance(result, (tuple, list)) else [result]
-    if any(isinstance(item, torch.Tensor) and item.dtype == torch.float64 for item in results):
-        raise Unsupported("torch.float64 (grove computes in f32)")
-    for arg in node.all_input_nodes:
-        value = importer.values.get(arg)
-        if isinstance(value, torch.Tensor) and value.dtype == torch.float64 and value.dim():
-            raise Unsupported("a torch.float64 operand (grove computes in f32)")
-
-
-def _no_elements(value):
-    return isinstance(value, torch.Tensor) and value.numel() == 0
-
-
-def _reads_no_elements(importer, node):
-    """Whether `node`, a reduction or a product (whose own result has
-    elements), reads a tensor with none. Other ops pass an empty operand
-    through (native_batch_norm_backward's empty saved statistics in eval
-    mode, a concat's empty piece)."""
-    if op_name(node.target) not in _REDUCING_OPS:
-        return False
-    return any(_no_elements(importer.values.get(arg)) for arg in node.all_input_nodes)
-
-
 def supported_ops():
     return sorted(CONVERTERS)
 
@@ -597,7 +538,7 @@ class _Importer:
                 steps.append(("torch", node))
                 segment = None
                 continue
-            if _no_elements(self.values.get(node)) and node not in self.write_backs:
+            if value_kinds.no_elements(self.values.get(node)) and node not in self.write_backs:
                 self.constants[node] = self.values[node]  # Note [Values with no elements]
                 continue
             if node in self.folded_writes or not self.depends_on_inputs(node):
@@ -607,9 +548,7 @@ class _Importer:
                     continue
             self.dynamic.add(node)
             try:
-                if _reads_no_elements(self, node):
-                    raise Unsupported("an operand has no elements")  # Note [Values with no elements]
-                _check_no_float64(self, node)
+                value_kinds.check_operands(self.values, node)
                 if segment is None:
                     segment = Segment(sum(1 for kind, _ in steps if kind == "grove"))
                     steps.append(("grove", segment))
@@ -715,7 +654,7 @@ class _Importer:
                  dict(segment.params), segment.counter)
         try:
             result = converter(_Converter(self, segment, node), node_arguments(node))
-            self.check_gemm_dtypes(node, segment.program_nodes[saved[0]:])
+            value_kinds.check_gemm_dtypes(self.values, node, segment.program_nodes[saved[0]:])
         except (Unsupported, *_CONVERTER_ERRORS):
             (count, names, inputs, params, counter) = saved
             del segment.program_nodes[count:]
@@ -738,30 +677,6 @@ class _Importer:
             segment.names[(node, None)] = result
         segment.nodes.append(node)
         self.owner[node] = segment
-
-    # Note [GEMMs of other dtypes run in PyTorch]: grove's GEMMs and
-    # attention take f32, bf16 and f16; a node whose conversion uses one on
-    # f64 (a model in double precision), or giving integers (an integer mm
-    # on the host), runs in PyTorch. grove's compiler refused such a program
-    # whole, and torch.compile failed. Test:
-    # EdgeValuesTest.test_products_of_other_dtypes_run_in_pytorch
-    # (tests/python/importer_edge_values_test.py).
-    def check_gemm_dtypes(self, node, emitted):
-        """Raises Unsupported where `node`'s conversion (`emitted`) computes a
-        GEMM of a dtype grove's GEMMs do not take."""
-        if not any(entry["op"] in _GEMM_OPS for entry in emitted):
-            return
-        result = self.values[node]
-        # A tuple's other elements may be integers by design (the efficient
-        # attention's random seed and offset): only a lone result must be a
-        # float the GEMMs take.
-        if isinstance(result, torch.Tensor) and result.dtype not in _GEMM_DTYPES:
-            raise Unsupported("grove's GEMMs take f32, bf16 or f16, not %s" % result.dtype)
-        results = list(result) if isinstance(result, (tuple, list)) else [result]
-        operands = [self.values.get(arg) for arg in node.all_input_nodes]
-        for item in results + operands:
-            if isinstance(item, torch.Tensor) and item.dtype == torch.float64:
-                raise Unsupported("grove's GEMMs take f32, bf16 or f16, not float64")
 
     def finish_segments(self, steps):
         """Each segment returns the values used after it (by later steps or

@@ -13,7 +13,7 @@ from torch.fx.experimental.proxy_tensor import make_fx
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from grove import importer  # noqa: E402
+from grove import importer, value_kinds  # noqa: E402
 from importer_ops_test import ConverterCase  # noqa: E402
 import junit_main  # noqa: E402
 
@@ -77,7 +77,7 @@ class EdgeValuesTest(EdgeValuesCase):
         self.assertEqual(len(plan.programs()), 1)
 
     def test_values_with_no_elements(self):
-        # Note [Values with no elements] (grove/importer.py).
+        # Note [Values with no elements] (grove/value_kinds.py).
         empty, w = torch.randn(0, 4), torch.randn(4, 3)
         self.check_edges(lambda a, w: (a @ w, torch.softmax(a, -1), a.mean(-1), torch.exp(a) + 1),
                          [empty, w])
@@ -90,12 +90,12 @@ class EdgeValuesTest(EdgeValuesCase):
         self.check_edges(lambda a: torch.softmax(a, -1).sum(1) + 1, [torch.randn(2, 0, 3)])
 
     def test_products_of_other_dtypes_run_in_pytorch(self):
-        # Note [GEMMs of other dtypes run in PyTorch] (grove/importer.py).
+        # Note [GEMMs of integers run in PyTorch] (grove/value_kinds.py).
         ints = torch.randint(-5, 5, (3, 4)), torch.randint(-5, 5, (4, 2))
         self.check_edges(lambda a, b: (a @ b) + 1, list(ints), unsupported=["aten.mm"])
 
     def test_float64_and_narrow_integers_run_in_pytorch(self):
-        # Note [Float64 runs in PyTorch] (grove/importer.py): x.double() *
+        # Note [Float64 runs in PyTorch] (grove/value_kinds.py): x.double() *
         # 1e-300 gave 0, every f64 value having passed through f32.
         a = torch.randn(3, 4, dtype=torch.float64) + 1e-12
         w = torch.randn(4, 2, dtype=torch.float64)
@@ -121,30 +121,19 @@ class EdgeValuesTest(EdgeValuesCase):
             self.assertEqual([kind for kind, _ in plan.steps], ["torch", "grove"])
 
     def test_a_gemm_giving_integers_beside_its_float_result_is_taken(self):
-        # The efficient attention returns its random seed and offset as
-        # int64 beside the float result (PyTorch 2.x): those elements do not
-        # make it a GEMM of integers (every HF decoder's attention went to
-        # PyTorch on the H200 when they did, call B). A lone integer result
-        # and a float64 operand still do.
+        # Note [GEMMs of integers run in PyTorch] (grove/value_kinds.py): the
+        # efficient attention returns its random seed and offset as int64
+        # beside the float result (PyTorch 2.x); a lone integer result is refused.
         graph = make_fx(lambda a, b: a @ b)(torch.randn(2, 3), torch.randn(3, 4))
         node = next(n for n in graph.graph.nodes if n.op == "call_function")
-        check = importer._Importer.check_gemm_dtypes
-        emitted = [{"op": "matmul"}]
-
-        class Values:
-            def __init__(self, result, operand):
-                self.values = {node: result}
-                self.values.update({arg: operand for arg in node.all_input_nodes})
-
+        gemm, other = [{"op": "matmul"}], [{"op": "add"}]
         pair = (torch.randn(2, 4), torch.zeros(2, dtype=torch.int64))
-        check(Values(pair, torch.randn(2, 3)), node, emitted)
-        check(Values(torch.randn(2, 4), torch.randn(2, 3)), node, emitted)
-        for result, operand in ((torch.zeros(2, 4, dtype=torch.int64), torch.randn(2, 3)),
-                                (pair, torch.randn(2, 3, dtype=torch.float64))):
-            with self.assertRaises(importer.Unsupported):
-                check(Values(result, operand), node, emitted)
-        check(Values(torch.zeros(2, 4, dtype=torch.int64), torch.randn(2, 3)), node,
-              [{"op": "add"}])  # no GEMM emitted: nothing to check
+        value_kinds.check_gemm_dtypes({node: pair}, node, gemm)
+        value_kinds.check_gemm_dtypes({node: torch.randn(2, 4)}, node, gemm)
+        integers = torch.zeros(2, 4, dtype=torch.int64)
+        with self.assertRaises(importer.Unsupported):
+            value_kinds.check_gemm_dtypes({node: integers}, node, gemm)
+        value_kinds.check_gemm_dtypes({node: integers}, node, other)  # no GEMM: nothing to check
 
     def test_tests_for_non_finite_values(self):
         y = torch.tensor([1.0, NAN, 2.0, 3.0, 0.5, INF, -INF, NAN, 1.0, -3.0, 2.0, 0.0])
