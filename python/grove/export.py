@@ -7,8 +7,10 @@ and folded constants (Note [Export for serving]).
     # grove serve out/model.json --weights out/model.safetensors
 """
 
+import inspect
 import json
 import os
+import re
 
 import torch
 from torch.fx.experimental.proxy_tensor import make_fx
@@ -88,6 +90,52 @@ def _generalize(first, second, batches, where="program"):
                       "only scale sizes with the batch" % (where, first, small, second, large))
 
 
+# Note [Exported names]: a client of `grove serve` names each tensor of a
+# KServe v2 request, and reads the model's metadata for them. The traced
+# program's names are the importer's ("v2.arg0_1", "mul.4"), in the order the
+# program first reads its inputs. So the exported program's inputs take the
+# names of the module's forward parameters, in their order, and its outputs
+# "output_0", "output_1", ... in the order the module returns them ("output"
+# for a lone one); a name another value already holds, or an output returned
+# twice, keeps the importer's name. Test:
+# ExportTest.test_names_are_the_forward_parameters_and_outputs_in_order
+# (tests/python/export_test.py).
+def _name_for_clients(program, module):
+    try:
+        parameters = [parameter.name for parameter in
+                      inspect.signature(module.forward).parameters.values()
+                      if parameter.kind in (parameter.POSITIONAL_ONLY,
+                                            parameter.POSITIONAL_OR_KEYWORD)]
+    except (TypeError, ValueError):
+        parameters = []
+    renames, order = {}, {}
+    for entry in program["inputs"]:
+        match = re.search(r"\.arg(\d+)_1$", entry["name"])
+        if match is None:
+            continue
+        position = int(match.group(1))
+        order[entry["name"]] = position
+        renames[entry["name"]] = (parameters[position] if position < len(parameters)
+                                  else "input_%d" % position)
+    outputs = program["outputs"]
+    if len(set(outputs)) == len(outputs):
+        for index, name in enumerate(outputs):
+            renames[name] = "output" if len(outputs) == 1 else "output_%d" % index
+    held = ([entry["name"] for entry in program["inputs"] + program["params"]]
+            + [node["name"] for node in program["nodes"]])
+    new_names = list(renames.values())
+    renames = {old: new for old, new in renames.items()
+               if new_names.count(new) == 1 and (new == old or new not in held)}
+    # The inputs in the forward's order (one without a position last).
+    program["inputs"].sort(key=lambda entry: order.get(entry["name"], len(order) + len(parameters)))
+    for entry in program["inputs"]:
+        entry["name"] = renames.get(entry["name"], entry["name"])
+    for node in program["nodes"]:
+        node["name"] = renames.get(node["name"], node["name"])
+        node["inputs"] = [renames.get(name, name) for name in node["inputs"]]
+    program["outputs"] = [renames.get(name, name) for name in outputs]
+
+
 def _traced(module, example_inputs, batch_sizes, name):
     """(program, params) of `module` traced at each of `batch_sizes`."""
     traced = []
@@ -119,6 +167,7 @@ def export(module, example_inputs, out_dir, name=None, batch_sizes=(2, 3)):
         module.train(was_training)
     program = _generalize(first, second, batch_sizes)
     program["dims"] = {"batch": batch_sizes[0]}
+    _name_for_clients(program, module)
     for param in program["params"]:
         if not all(isinstance(size, int) for size in param["shape"]):
             raise ExportError("grove export: param '%s' (a constant the import folded, such as "

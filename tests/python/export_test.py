@@ -129,6 +129,51 @@ class ExportTest(unittest.TestCase):
             size = 32 if name == "vit" else 64
             self.serve_and_compare(name, module, lambda rows: (torch.randn(rows, 3, size, size),))
 
+    def test_names_are_the_forward_parameters_and_outputs_in_order(self):
+        # Note [Exported names] (grove/export.py): the module reads its second
+        # argument first; a client names the inputs as the forward does, in
+        # any order, and reads output_0.. in the order the module returns them.
+        class Scaled(torch.nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.linear = torch.nn.Linear(8, 5)
+
+            def forward(self, x, scale):
+                gain = scale[:, None] * 2.0
+                y = self.linear(x) * gain
+                return y, y.argmax(-1), y > 0
+
+        torch.manual_seed(0)
+        module = Scaled().eval()
+        with tempfile.TemporaryDirectory() as out_dir:
+            program_path, weights_path = grove_export.export(
+                module, (torch.randn(2, 8), torch.rand(2)), out_dir, name="scaled")
+            with open(program_path) as program_file:
+                program = json.load(program_file)
+            self.assertEqual([entry["name"] for entry in program["inputs"]], ["x", "scale"])
+            self.assertEqual(program["outputs"], ["output_0", "output_1", "output_2"])
+            server = Served(program_path, weights_path)
+            try:
+                x, scale = torch.randn(3, 8), torch.tensor([1.0, -0.5, 2.0])
+                body = {"inputs": [  # named, in the other order
+                    {"name": "scale", "shape": [3], "datatype": "FP32", "data": scale.tolist()},
+                    {"name": "x", "shape": [3, 8], "datatype": "FP32",
+                     "data": x.reshape(-1).tolist()}]}
+                answer = requests.post("%s/v2/models/scaled/infer" % server.url, json=body,
+                                       timeout=120)
+                self.assertEqual(answer.status_code, 200, answer.text)
+                outputs = {output["name"]: output for output in answer.json()["outputs"]}
+                with torch.no_grad():
+                    y, top, positive = module(x, scale)
+                self.assertEqual(outputs["output_1"]["datatype"], "INT64")
+                self.assertEqual(outputs["output_2"]["datatype"], "BOOL")
+                np.testing.assert_allclose(np.array(outputs["output_0"]["data"]).reshape(3, 5),
+                                           y.numpy(), rtol=1e-5, atol=1e-5)
+                self.assertEqual(outputs["output_1"]["data"], top.tolist())
+                self.assertEqual(outputs["output_2"]["data"], positive.reshape(-1).tolist())
+            finally:
+                server.stop()
+
     def test_a_module_with_an_op_left_to_pytorch_is_refused_naming_it(self):
         class WithCumprod(torch.nn.Module):
             def forward(self, x):
