@@ -54,6 +54,36 @@ def _register():
 
 registered = _register()
 
+
+# Note [PyTorch's mark_step_begin starts grove's steps too]: code written for
+# reduce-overhead calls torch.compiler.cudagraph_mark_step_begin() before each
+# step (PyTorch's own warnings ask for it: a forward whose backward never
+# runs, outputs kept across steps). Under backend="grove" that call reached
+# only PyTorch's trees. It now also starts a step of every graph grove
+# compiled (mark_step_begin), so such code needs no change. Bound where
+# torch.compiler is looked up at the call (torch.compiler.cudagraph_mark_step_begin()),
+# not in names imported from it before grove.torch. Test:
+# TorchBackendTest.test_pytorchs_mark_step_begin_starts_groves_steps
+# (tests/python/importer_test.py, PyTorch >= 2.1).
+def _follow_pytorchs_mark_step_begin():
+    import torch
+
+    compiler = getattr(torch, "compiler", None)
+    original = getattr(compiler, "cudagraph_mark_step_begin", None)
+    if original is None or getattr(original, "grove_follows", False):
+        return
+
+    def cudagraph_mark_step_begin():
+        original()
+        mark_step_begin()
+
+    cudagraph_mark_step_begin.__doc__ = original.__doc__
+    cudagraph_mark_step_begin.grove_follows = True
+    compiler.cudagraph_mark_step_begin = cudagraph_mark_step_begin
+
+
+_follow_pytorchs_mark_step_begin()
+
 from grove.ddp import DistributedDataParallel  # noqa: E402,F401 (grove.torch.DistributedDataParallel)
 
 from grove import exit_release  # noqa: E402 (Note [Door state released at exit])

@@ -1382,6 +1382,23 @@ class TorchBackendTest(unittest.TestCase):
             torch.testing.assert_close(compiled(x, 4), function(x, 4))
         self.assertEqual(len(compiled.compiled), 4)
 
+    def test_pytorchs_mark_step_begin_starts_groves_steps(self):
+        # Note [PyTorch's mark_step_begin starts grove's steps too] (grove/torch.py).
+        compiler = getattr(torch, "compiler", None)
+        if getattr(compiler, "cudagraph_mark_step_begin", None) is None:
+            self.skipTest("this PyTorch has no torch.compiler.cudagraph_mark_step_begin")
+        from unittest import mock
+
+        with mock.patch.object(grove.torch, "mark_step_begin") as groves:
+            torch.compiler.cudagraph_mark_step_begin()
+        groves.assert_called_once_with()
+        self.assertTrue(torch.compiler.cudagraph_mark_step_begin.grove_follows)
+        # Importing again wraps nothing twice.
+        grove.torch._follow_pytorchs_mark_step_begin()
+        with mock.patch.object(grove.torch, "mark_step_begin") as groves:
+            torch.compiler.cudagraph_mark_step_begin()
+        groves.assert_called_once_with()
+
     def test_many_shapes_warn_once(self):
         # Note [Many shapes compile many graphs] (grove/dynamo_backend.py).
         from grove import dynamo_backend
