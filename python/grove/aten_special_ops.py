@@ -82,12 +82,18 @@ def _logaddexp(c, a):
                   out)
 
 
+# PyTorch 2.x's softshrink gives NaN for NaN (x * 0 inside the band); 1.13's gave 0.
+_SOFTSHRINK_KEEPS_NAN = int(torch.__version__.split(".")[0]) >= 2
+
+
 def _softshrink(c, a):
     dtype, (x,) = floating_operands(c, a)
     level = float(a.get("lambd", 0.5))
     low, high = c.scalar(-level, dtype), c.scalar(level, dtype)
-    inside = _where(c, c.emit("lt", [x, low]), c.emit("add", [x, high]), c.scalar(0.0, dtype))
-    return _where(c, c.emit("gt", [x, high]), c.emit("sub", [x, high]), inside)  # NaN: 0
+    zero = c.scalar(0.0, dtype)
+    band = c.emit("mul", [x, zero]) if _SOFTSHRINK_KEEPS_NAN else zero
+    inside = _where(c, c.emit("lt", [x, low]), c.emit("add", [x, high]), band)
+    return _where(c, c.emit("gt", [x, high]), c.emit("sub", [x, high]), inside)
 
 
 def _hardshrink(c, a):
