@@ -73,7 +73,8 @@ class SpecialOpsTest(edge.EdgeValuesCase):
             gradient = _gradient_of(loss)
             plan = importer.import_graph(make_fx(gradient)(x, target), [x, target])
             self.assertEqual(plan.unsupported, [])
-            got = plan.compile(backend="cudagraphs")(x, target)
+            runner = plan.compile(backend="cudagraphs")  # alive while its outputs are read
+            got = runner(x, target)
             got = got[0] if isinstance(got, (list, tuple)) else got
             torch.testing.assert_close(got, gradient(x, target), rtol=1e-5, atol=1e-7)
 
