@@ -185,7 +185,7 @@ def _nansum(c, a):
     return reduced_over(c, "sum", kept, rank, _dims(a.get("dim"), rank), bool(a.get("keepdim")))
 
 
-def _reduced(c, a, losses, dtype):
+def _reduced(c, a, losses):
     """A loss's elementwise values reduced by its `reduction`."""
     reduction = a.get("reduction", _MEAN)
     rank = len(c.shape(a["self"]))
@@ -207,11 +207,10 @@ def _smooth_l1(c, a):
     size = magnitude(c, difference, dtype)
     beta = float(a.get("beta", 1.0))
     if beta == 0.0:
-        return _reduced(c, a, size, dtype)
+        return _reduced(c, a, size)
     square = c.emit("mul", [c.emit("mul", [difference, difference]), c.scalar(0.5 / beta, dtype)])
     linear = c.emit("sub", [size, c.scalar(0.5 * beta, dtype)])
-    return _reduced(c, a, _where(c, c.emit("lt", [size, c.scalar(beta, dtype)]), square, linear),
-                    dtype)
+    return _reduced(c, a, _where(c, c.emit("lt", [size, c.scalar(beta, dtype)]), square, linear))
 
 
 def _huber(c, a):
@@ -222,8 +221,7 @@ def _huber(c, a):
     square = c.emit("mul", [c.emit("mul", [difference, difference]), c.scalar(0.5, dtype)])
     linear = c.emit("mul", [c.emit("sub", [size, c.scalar(0.5 * delta, dtype)]),
                             c.scalar(delta, dtype)])
-    return _reduced(c, a, _where(c, c.emit("lt", [size, c.scalar(delta, dtype)]), square, linear),
-                    dtype)
+    return _reduced(c, a, _where(c, c.emit("lt", [size, c.scalar(delta, dtype)]), square, linear))
 
 
 def _regression_backward(slope):
@@ -281,7 +279,7 @@ def _bce_with_logits(c, a):
                             c.emit("mul", [scale, softplus_of_minus_x])])
     if a.get("weight") is not None:
         losses = c.emit("mul", [losses, c.operand(a["weight"], dtype)])
-    return _reduced(c, a, losses, dtype)
+    return _reduced(c, a, losses)
 
 
 CONVERTERS.update({
