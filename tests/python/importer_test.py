@@ -105,6 +105,12 @@ def _left_to_pytorch():
     return ops[0][1], ops[1][1]
 
 
+def _rows_viewed(x, rows):
+    """A graph with a symbolic size: x viewed as `rows` rows (the size dynamo
+    passes as an argument)."""
+    return torch.tanh(x.view(rows, -1)) * 2
+
+
 def trace(module, *inputs):
     with torch.no_grad():
         return make_fx(module)(*inputs)
@@ -1360,12 +1366,9 @@ class TorchBackendTest(unittest.TestCase):
     def test_symbolic_sizes_compile_once_per_concrete_shape(self):
         # What dynamo hands a backend for dynamic shapes: sizes as extra
         # (non-tensor) inputs. Here plain ints stand in for its SymInts.
-        def function(x, rows):
-            return torch.tanh(x.view(rows, -1)) * 2
-
-        gm = torch.fx.symbolic_trace(function)
-        compiled = grove.torch.grove_backend(gm, [torch.randn(4, 6), 4],
-                                             options={"mode": "cudagraphs"})
+        function = _rows_viewed
+        compiled = grove.torch.grove_backend(torch.fx.symbolic_trace(function),
+                                             [torch.randn(4, 6), 4], options={"mode": "cudagraphs"})
         self.assertIsInstance(compiled, grove.torch.PerShapeGraph)
         for shape, rows in (((4, 6), 4), ((8, 3), 8), ((4, 6), 4), ((2, 5), 2)):
             x = torch.randn(*shape)
@@ -1403,12 +1406,9 @@ class TorchBackendTest(unittest.TestCase):
         # Note [Many shapes compile many graphs] (grove/dynamo_backend.py).
         from grove import dynamo_backend
 
-        def function(x, rows):
-            return torch.tanh(x.view(rows, -1)) * 2
-
-        gm = torch.fx.symbolic_trace(function)
-        compiled = grove.torch.grove_backend(gm, [torch.randn(2, 3), 2],
-                                             options={"mode": "eager"})
+        function = _rows_viewed
+        compiled = grove.torch.grove_backend(torch.fx.symbolic_trace(function),
+                                             [torch.randn(2, 3), 2], options={"mode": "eager"})
         limit = dynamo_backend.SHAPES_WARNED_AT
         with self.assertLogs("grove", level="WARNING") as logged:
             for rows in range(1, limit + 4):
