@@ -90,10 +90,10 @@ MODULES = [
      "nan_to_num and fmax/fmin as wheres"),
     ("grove.aten_special_ops", "written out in elementwise ops and max/sum reductions: "
      "signbit (-0.0 by 1/x), copysign, logit, xlogy, logaddexp, shrinkage, heaviside, sinc, "
-     "amin (as -max(-x)), nansum; the L1/Huber and logit BCE losses, the first two with "
-     "their backwards"),
-    ("grove.aten_loss_ops", "mse and nll losses and their backwards, written out in grove ops "
-     "(nll_loss: no class weights, no reduction='none')"),
+     "amin (as -max(-x)), nansum; the backwards of logit and the shrinkages"),
+    ("grove.aten_loss_ops", "mse, nll, smooth L1 and Huber losses and their backwards, and "
+     "the logit BCE loss, written out in grove ops (nll_loss: no class weights, no "
+     "reduction='none')"),
     ("grove.aten_backward_ops", "backward ops of training graphs, written out in grove ops"),
 ]
 

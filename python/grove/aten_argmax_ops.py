@@ -6,6 +6,7 @@ the maximum. Importing this module adds them to aten_ops.CONVERTERS."""
 
 import torch
 
+from grove.aten_nonfinite_ops import is_nan
 from grove.aten_ops import CONVERTERS, INTEGER_MAXIMA, full_reduction, integer_maximum
 from grove.aten_pointwise_ops import _elementwise_extreme
 from grove.fx_common import Unsupported
@@ -158,7 +159,7 @@ def _extreme_of(c, name, shape, dim, dtype=torch.float32):
 def _reaching(c, name, top):
     """Bool: where float `name` equals its row's extreme `top`, or is NaN
     (the extreme of a row holding NaN is NaN)."""
-    return c.emit("bitwise_or", [c.emit("eq", [name, top]), c.emit("ne", [name, name])])
+    return c.emit("bitwise_or", [c.emit("eq", [name, top]), is_nan(c, name)])
 
 
 CONVERTERS.update({

@@ -13,13 +13,13 @@ from grove.fx_common import Unsupported
 _INFINITY = float("inf")
 
 
-def _is_nan(c, name):
+def is_nan(c, name):
     """Bool: where `name` is NaN (x != x holds for NaN alone; never for integers)."""
     return c.emit("ne", [name, name])
 
 
 def _isnan(c, a):
-    return _is_nan(c, c.tensor(a["self"]))
+    return is_nan(c, c.tensor(a["self"]))
 
 
 def _equals(value):
@@ -27,7 +27,7 @@ def _equals(value):
     def convert(c, a):
         x = a["self"]
         if not c.dtype(x).is_floating_point:
-            return _is_nan(c, c.tensor(x))  # all false
+            return is_nan(c, c.tensor(x))  # all false
         return c.emit("eq", [c.tensor(x), c.scalar(value, c.dtype(x))])
 
     return convert
@@ -37,7 +37,7 @@ def _isinf(c, a):
     x = a["self"]
     dtype = c.dtype(x)
     if not dtype.is_floating_point:
-        return _is_nan(c, c.tensor(x))  # all false
+        return is_nan(c, c.tensor(x))  # all false
     return c.emit("eq", [magnitude(c, c.tensor(x), dtype), c.scalar(_INFINITY, dtype)])
 
 
@@ -68,7 +68,7 @@ def _nan_to_num(c, a):
                            c.scalar(values[1], dtype), name])
     out = c.emit("where", [c.emit("eq", [name, c.scalar(-_INFINITY, dtype)]),
                            c.scalar(values[2], dtype), out])
-    return c.emit("where", [_is_nan(c, name), c.scalar(values[0], dtype), out])
+    return c.emit("where", [is_nan(c, name), c.scalar(values[0], dtype), out])
 
 
 def _ignoring_nan(op):
@@ -82,8 +82,8 @@ def _ignoring_nan(op):
         both = c.emit(op, [left, right])
         if not dtype.is_floating_point:
             return both
-        out = c.emit("where", [_is_nan(c, right), left, both])
-        return c.emit("where", [_is_nan(c, left), right, out])
+        out = c.emit("where", [is_nan(c, right), left, both])
+        return c.emit("where", [is_nan(c, left), right, out])
 
     return convert
 

@@ -1,29 +1,22 @@
 """Converters of ATen's less common pointwise functions and reductions that
-real models and their losses reach, written out in grove ops: logit, xlogy
-(kl_div's), copysign, signbit, frac, logaddexp, soft and hard shrinkage,
-sgn, heaviside, sinc, deg2rad/rad2deg, amin and nansum of floats, the
-backwards of logit and of the shrinkages; and the losses
-binary_cross_entropy_with_logits, smooth_l1_loss and huber_loss with the
-backwards of the last two. Before, each split its graph and ran in PyTorch.
-Importing this module adds them to aten_ops.CONVERTERS."""
+real models reach, written out in grove ops: logit, xlogy (kl_div's),
+copysign, signbit, frac, logaddexp, soft and hard shrinkage, sgn, heaviside,
+sinc, deg2rad/rad2deg, amin and nansum of floats, the backwards of logit and
+of the shrinkages. Before, each split its graph and ran in PyTorch (the
+losses that came with them are aten_loss_ops.py's). Importing this module
+adds them to aten_ops.CONVERTERS."""
 
 import math
 
 import torch
 
-from grove.aten_ops import CONVERTERS, _dims, full_reduction, magnitude, reduced_over
+from grove.aten_ops import CONVERTERS, _dims, magnitude, reduced_over
+from grove.aten_nonfinite_ops import is_nan
 from grove.aten_pointwise_ops import floating_operands, in_floats
 from grove.fx_common import Unsupported
 
-_MEAN, _SUM, _NONE = 1, 2, 0  # at::Reduction
-
-
 def _where(c, condition, if_true, if_false):
     return c.emit("where", [condition, if_true, if_false])
-
-
-def _is_nan(c, x):
-    return c.emit("ne", [x, x])
 
 
 def _signbit_of(c, x, dtype):
@@ -68,7 +61,7 @@ def _xlogy(c, a):
     product = c.emit("mul", [x, c.emit("log", [y])])
     zero = c.scalar(0.0, dtype)
     out = _where(c, c.emit("eq", [x, zero]), zero, product)
-    return _where(c, _is_nan(c, y), y, out)
+    return _where(c, is_nan(c, y), y, out)
 
 
 def _logaddexp(c, a):
@@ -179,107 +172,10 @@ def _nansum(c, a):
         raise Unsupported("nansum of %s to %s" % (dtype, a.get("dtype")))
     rank = len(c.shape(x))
     name = c.tensor(x)
-    kept = _where(c, _is_nan(c, name), c.scalar(0.0, dtype), name)
+    kept = _where(c, is_nan(c, name), c.scalar(0.0, dtype), name)
     if rank == 0:
         return kept
     return reduced_over(c, "sum", kept, rank, _dims(a.get("dim"), rank), bool(a.get("keepdim")))
-
-
-def _reduced(c, a, losses):
-    """A loss's elementwise values reduced by its `reduction`."""
-    reduction = a.get("reduction", _MEAN)
-    rank = len(c.shape(a["self"]))
-    if reduction == _NONE or rank == 0:
-        return losses
-    return full_reduction(c, "mean" if reduction == _MEAN else "sum", losses, rank)
-
-
-def _distance(c, a):
-    dtype = c.result().dtype
-    if not dtype.is_floating_point or c.shape(a["self"]) != c.shape(a["target"]):
-        raise Unsupported("a regression loss of broadcast or integer operands")
-    return dtype, c.emit("sub", [c.operand(a["self"], dtype), c.operand(a["target"], dtype)])
-
-
-def _smooth_l1(c, a):
-    """|d| < beta ? d^2 / (2 beta) : |d| - beta / 2 (beta 0: |d|)."""
-    dtype, difference = _distance(c, a)
-    size = magnitude(c, difference, dtype)
-    beta = float(a.get("beta", 1.0))
-    if beta == 0.0:
-        return _reduced(c, a, size)
-    square = c.emit("mul", [c.emit("mul", [difference, difference]), c.scalar(0.5 / beta, dtype)])
-    linear = c.emit("sub", [size, c.scalar(0.5 * beta, dtype)])
-    return _reduced(c, a, _where(c, c.emit("lt", [size, c.scalar(beta, dtype)]), square, linear))
-
-
-def _huber(c, a):
-    """|d| < delta ? d^2 / 2 : delta (|d| - delta / 2)."""
-    dtype, difference = _distance(c, a)
-    size = magnitude(c, difference, dtype)
-    delta = float(a.get("delta", 1.0))
-    square = c.emit("mul", [c.emit("mul", [difference, difference]), c.scalar(0.5, dtype)])
-    linear = c.emit("mul", [c.emit("sub", [size, c.scalar(0.5 * delta, dtype)]),
-                            c.scalar(delta, dtype)])
-    return _reduced(c, a, _where(c, c.emit("lt", [size, c.scalar(delta, dtype)]), square, linear))
-
-
-def _regression_backward(slope):
-    """grad * slope(d) (over the element count for reduction='mean')."""
-    def convert(c, a):
-        dtype, difference = _distance(c, a)
-        scale = 1.0
-        if a.get("reduction", _MEAN) == _MEAN:
-            scale /= max(c.value(a["self"]).numel(), 1)
-        grad = c.emit("mul", [c.operand(a["grad_output"], dtype), c.scalar(scale, dtype)])
-        return c.emit("mul", [slope(c, a, difference, dtype), grad])
-
-    return convert
-
-
-def _clamped(c, difference, bound, dtype):
-    return c.emit("minimum", [c.emit("maximum", [difference, c.scalar(-bound, dtype)]),
-                              c.scalar(bound, dtype)])
-
-
-def _smooth_l1_slope(c, a, difference, dtype):
-    """d / beta inside (-beta, beta), the sign of d outside."""
-    beta = float(a.get("beta", 1.0))
-    if beta == 0.0:  # the L1 loss's: the sign of d
-        zero, one = c.scalar(0.0, dtype), c.scalar(1.0, dtype)
-        negative = _where(c, c.emit("lt", [difference, zero]), c.scalar(-1.0, dtype), zero)
-        return _where(c, c.emit("gt", [difference, zero]), one, negative)
-    return _clamped(c, c.emit("mul", [difference, c.scalar(1.0 / beta, dtype)]), 1.0, dtype)
-
-
-def _huber_slope(c, a, difference, dtype):
-    """d clamped to [-delta, delta]."""
-    return _clamped(c, difference, float(a.get("delta", 1.0)), dtype)
-
-
-def _bce_with_logits(c, a):
-    """(1 - t) x + (1 + (p - 1) t) (log1p(e^-|x|) + max(-x, 0)), times the
-    weight, reduced (p: pos_weight, 1 where not given)."""
-    dtype = c.result().dtype
-    if not dtype.is_floating_point:
-        raise Unsupported("binary_cross_entropy_with_logits with a %s result" % dtype)
-    if list(c.shape(a["self"])) != list(torch.broadcast_shapes(
-            *[c.value(a[name]).shape for name in ("self", "target")])):
-        raise Unsupported("binary_cross_entropy_with_logits over a broadcast target")
-    x, target = c.operand(a["self"], dtype), c.operand(a["target"], dtype)
-    one = c.scalar(1.0, dtype)
-    softplus_of_minus_x = c.emit("add", [
-        c.emit("log1p", [c.emit("exp", [c.emit("neg", [magnitude(c, x, dtype)])])]),
-        c.emit("maximum", [c.emit("neg", [x]), c.scalar(0.0, dtype)])])
-    scale = one
-    if a.get("pos_weight") is not None:
-        weight = c.operand(a["pos_weight"], dtype)
-        scale = c.emit("add", [one, c.emit("mul", [c.emit("sub", [weight, one]), target])])
-    losses = c.emit("add", [c.emit("mul", [c.emit("sub", [one, target]), x]),
-                            c.emit("mul", [scale, softplus_of_minus_x])])
-    if a.get("weight") is not None:
-        losses = c.emit("mul", [losses, c.operand(a["weight"], dtype)])
-    return _reduced(c, a, losses)
 
 
 CONVERTERS.update({
@@ -301,9 +197,4 @@ CONVERTERS.update({
     "aten.frac": in_floats(_frac),
     "aten.amin": _amin,
     "aten.nansum": _nansum,
-    "aten.smooth_l1_loss": _smooth_l1,
-    "aten.huber_loss": _huber,
-    "aten.smooth_l1_loss_backward": _regression_backward(_smooth_l1_slope),
-    "aten.huber_loss_backward": _regression_backward(_huber_slope),
-    "aten.binary_cross_entropy_with_logits": _bce_with_logits,
 })

@@ -1,7 +1,8 @@
-"""The converters of grove/aten_special_ops.py on sim against torch, edge
+"""The converters of grove/aten_special_ops.py, and the smooth L1, Huber and
+logit BCE losses of grove/aten_loss_ops.py, on sim against torch, edge
 values included (NaN, infinities, signed zeros): each graph imports whole,
 matches torch with NaN equal to NaN, and "cudagraphs" equals "eager"
-bitwise; the regression losses' backwards match autograd's."""
+bitwise; the backwards match autograd's."""
 import os
 import sys
 
