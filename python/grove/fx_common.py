@@ -30,6 +30,13 @@ def draws_random_numbers(node):
         tag in getattr(node.target, "tags", ())
 
 
+def untyped_storage(tensor):
+    """The untyped storage under `tensor` (PyTorch 2.x's untyped_storage(),
+    1.13's storage().untyped())."""
+    method = getattr(tensor, "untyped_storage", None)
+    return method() if method is not None else tensor.storage().untyped()
+
+
 def dtype_name(dtype):
     names = dtypes.torch_names()
     if dtype not in names:

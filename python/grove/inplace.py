@@ -4,7 +4,7 @@
 import torch
 import torch.fx
 
-from grove.fx_common import op_name
+from grove.fx_common import op_name, untyped_storage
 
 # Note [In-place ops on intermediates]: make_fx (without functionalization)
 # records `y = aten.relu_(x)` with later reads of the mutated tensor naming
@@ -39,7 +39,7 @@ def storage_key(value):
     storage (whose addresses are all 0)."""
     if not isinstance(value, torch.Tensor):
         return None
-    storage = value.untyped_storage() if hasattr(value, "untyped_storage") else value.storage()
+    storage = untyped_storage(value)
     if storage.data_ptr() == 0:
         return None
     return (value.device, storage.data_ptr())

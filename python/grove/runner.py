@@ -13,7 +13,7 @@ import torch.fx
 import grove
 from grove import input_aliases as aliases_of_inputs, parameter_views
 from grove import verify as verify_mode
-from grove.fx_common import laid_out
+from grove.fx_common import laid_out, untyped_storage
 from grove.inplace import mutates_first_argument
 from grove.output_picker import OutputPicker
 from grove.segments import segment_program
@@ -509,14 +509,14 @@ def _in_memory_of_their_own(result, args, left=()):
     but for the outputs at positions `left` (state outputs, which have left
     the pool already); tensors sharing a storage share its copy (Note
     [Warm-up outputs leave the pool])."""
-    inputs = {_untyped_storage(value).data_ptr() for value in args
+    inputs = {untyped_storage(value).data_ptr() for value in args
               if isinstance(value, torch.Tensor)}
     copies = {}
 
     def own(value):
         if not isinstance(value, torch.Tensor):
             return value
-        storage = _untyped_storage(value)
+        storage = untyped_storage(value)
         key = (storage.data_ptr(), value.device)
         if key[0] in inputs:
             return value
@@ -536,11 +536,6 @@ def _in_memory_of_their_own(result, args, left=()):
 def _shapes(result):
     values = result if isinstance(result, (tuple, list)) else [result]
     return [list(value.shape) for value in values if isinstance(value, torch.Tensor)]
-
-
-def _untyped_storage(tensor):
-    method = getattr(tensor, "untyped_storage", None)  # PyTorch 2.x
-    return method() if method is not None else tensor.storage().untyped()
 
 
 def _state_copy(tensor):
