@@ -749,8 +749,8 @@ def _single_value_output(gm):
 # further values, with a warning (where it ran for every value before). A
 # host scalar used only in tensor ops stays an input (Note [Host tensors
 # passed to a device graph]): a learning rate that changes at every step
-# compiles once. Whether HF LLaMA's reads under dynamic=True are such
-# scalars was not checked on a GPU (no device time left in session 31). Test:
+# compiles once. On the H200 (session 32 call B) HF LLaMA under dynamic=True
+# then left no graph to PyTorch whole. Test:
 # DynamoBackendTest.test_a_host_scalar_read_as_a_number_is_compiled_per_value
 # (tests/python/importer_test.py).
 MAX_SCALAR_VALUES = 8
