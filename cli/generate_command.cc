@@ -1,6 +1,6 @@
 // `grove generate MODEL_DIR --prompt-ids 1,2,3 --max-tokens N`: greedy or
 // sampled generation from a Hugging Face LLaMA or GPT-2 checkpoint directory
-// (config.json, model.safetensors) through serving/llm's Decoder; prints the
+// (config.json, model.safetensors or its shards) through serving/llm's Decoder; prints the
 // generated token ids, one line per prompt (the text where --tokenizer FILE
 // names a tokenizer). `--prompt TEXT` instead encodes the text with the
 // directory's SentencePiece tokenizer (tokenizer.model, or --tokenizer FILE)
@@ -56,8 +56,9 @@ const CommandSpec& generate_command_spec() {
       "generate",
       "MODEL_DIR",
       "generate token ids from a LLaMA or GPT-2 checkpoint directory",
-      "Loads MODEL_DIR/config.json and MODEL_DIR/model.safetensors (Hugging Face layout and\n"
-      "names), records the prefill and decode graphs of every bucket, and generates from\n"
+      "Loads MODEL_DIR/config.json and MODEL_DIR/model.safetensors, or the shards of\n"
+      "model.safetensors.index.json (Hugging Face layout and names, as transformers 4 or 5\n"
+      "saves them), records the prefill and decode graphs of every bucket, and generates from\n"
       "each prompt of --prompt-ids (several prompts, 1,2;3,4, are batched continuously).\n"
       "Prints each prompt's generated ids as one comma-separated line (its text with\n"
       "--tokenizer).",

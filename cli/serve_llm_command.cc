@@ -36,7 +36,8 @@ const CommandSpec& serve_llm_command_spec() {
       "serve",
       "MODEL_DIR",
       "serve a LLaMA or GPT-2 checkpoint directory (generate, completions)",
-      "Loads MODEL_DIR/config.json and MODEL_DIR/model.safetensors, records the prefill and\n"
+      "Loads MODEL_DIR/config.json and MODEL_DIR/model.safetensors (or the shards of its\n"
+      "model.safetensors.index.json), records the prefill and\n"
       "decode graphs of every bucket, and answers HTTP on --host:--port with continuous\n"
       "batching: POST /v2/models/NAME/generate and /generate_stream (KServe v2, server-sent\n"
       "events), POST /v1/completions (OpenAI), GET /v1/models, /v2/models/NAME, the health\n"

@@ -124,11 +124,8 @@ std::vector<serving::llm::DecodeRowStart> start_requests(Decoder& decoder, Decod
     const std::vector<int64_t>& ids = prompts[static_cast<size_t>(row)];
     std::vector<float> logits = decoder.prefill(row, ids);
     int64_t first = serving::llm::sample_token(logits, {}, 0);
-    starts.push_back({.token = first,
-                      .position = prompt,
-                      .generated = 1,
-                      .max_new_tokens = steps + 1,
-                      .eos_token_id = std::nullopt});
+    starts.push_back(
+        {.token = first, .position = prompt, .generated = 1, .max_new_tokens = steps + 1});
     loop.set_row(row, starts.back());
   }
   return starts;

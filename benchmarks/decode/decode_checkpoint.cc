@@ -31,7 +31,7 @@ nlohmann::json config_json(const DecoderConfig& config) {
           {"intermediate_size", config.intermediate_size},
           {"max_position_embeddings", config.max_position_embeddings},
           {"rms_norm_eps", config.norm_eps},
-          {"rope_theta", config.rope_theta},
+          {"rope_theta", config.rope.theta},
           {"hidden_act", "silu"},
           {"tie_word_embeddings", false},
           {"attention_bias", false},
@@ -85,7 +85,7 @@ DecoderConfig decode_benchmark_config(const std::string& name, runtime::DType dt
   config.vocab_size = 32000;
   config.max_position_embeddings = max_position_embeddings;
   config.norm_eps = 1e-5;
-  config.eos_token_id = 2;
+  config.eos_token_ids = {2};
   config.dtype = dtype;
   if (name == "1b") {
     config.hidden_size = 2048;

@@ -1,7 +1,9 @@
-// load_checkpoint(): a Hugging Face safetensors file into a DecoderState.
+// load_checkpoint(): a Hugging Face checkpoint's safetensors files (one, or a
+// sharded checkpoint's shards: Note [Sharded checkpoints]) into a DecoderState.
 #include <algorithm>
 #include <cstring>
 #include <set>
+#include <span>
 
 #include "runtime/error.h"
 #include "serving/llm/decoder_state.h"
@@ -24,13 +26,37 @@ bool ignorable(const std::string& name, const DecoderConfig& config) {
          (config.architecture == Architecture::kGpt2 || config.tie_word_embeddings);
 }
 
-const SafetensorsEntry* find_weight(const SafetensorsFile& file, const std::string& name,
-                                    const DecoderConfig& config) {
-  if (const SafetensorsEntry* entry = file.find(name)) return entry;
-  if (config.architecture == Architecture::kGpt2 && name.starts_with("transformer.")) {
-    return file.find(name.substr(std::string("transformer.").size()));
+// Where `name` is among `files` (Note [Sharded checkpoints]): the file and
+// its entry, or nulls; a tensor in two files is refused.
+std::pair<const SafetensorsFile*, const SafetensorsEntry*> find_in(
+    std::span<const SafetensorsFile> files, const std::string& name) {
+  std::pair<const SafetensorsFile*, const SafetensorsEntry*> found{nullptr, nullptr};
+  for (const SafetensorsFile& file : files) {
+    const SafetensorsEntry* entry = file.find(name);
+    if (entry == nullptr) continue;
+    GROVE_CHECK_AS(WeightsFormatError, found.first == nullptr, "tensor '", name, "' is in both ",
+                   found.first ? found.first->path() : "", " and ", file.path(),
+                   "; a checkpoint holds each tensor once");
+    found = {&file, entry};
   }
-  return nullptr;
+  return found;
+}
+
+std::pair<const SafetensorsFile*, const SafetensorsEntry*> find_weight(
+    std::span<const SafetensorsFile> files, const std::string& name, const DecoderConfig& config) {
+  auto found = find_in(files, name);
+  if (found.first == nullptr && config.architecture == Architecture::kGpt2 &&
+      name.starts_with("transformer.")) {
+    found = find_in(files, name.substr(std::string("transformer.").size()));
+  }
+  return found;
+}
+
+// The files' paths, for messages.
+std::string paths_of(std::span<const SafetensorsFile> files) {
+  std::string text;
+  for (const SafetensorsFile& file : files) text += (text.empty() ? "" : ", ") + file.path();
+  return text;
 }
 
 std::string shape_text(const std::vector<int64_t>& shape) {
@@ -57,40 +83,53 @@ std::vector<uint8_t> converted(const SafetensorsFile& file, const SafetensorsEnt
 }  // namespace
 
 uint64_t load_checkpoint(DecoderState& state, const SafetensorsFile& file) {
+  return load_checkpoint(state, std::span<const SafetensorsFile>(&file, 1));
+}
+
+uint64_t load_checkpoint(DecoderState& state, std::span<const SafetensorsFile> files) {
   const DecoderConfig& config = state.config();
-  const std::string& path = file.path();
-  std::set<std::string> used;
-  std::vector<std::pair<const runtime::Tensor*, const SafetensorsEntry*>> plan;
+  GROVE_CHECK_AS(WeightsFormatError, !files.empty(), "a checkpoint needs a safetensors file");
+  const std::string path = paths_of(files);
+  std::set<std::pair<const SafetensorsFile*, std::string>> used;
+  struct Copy {
+    const runtime::Tensor* tensor;
+    const SafetensorsFile* file;
+    const SafetensorsEntry* entry;
+  };
+  std::vector<Copy> plan;
   // Everything is checked before anything is copied.
   for (const std::string& name : state.weight_names()) {
-    const SafetensorsEntry* entry = find_weight(file, name, config);
+    const auto [file, entry] = find_weight(files, name, config);
     GROVE_CHECK_AS(WeightsFormatError, entry != nullptr, path, ": lacks tensor '", name,
                    "' that the ", architecture_name(config.architecture),
                    " config needs; is config.json the checkpoint's own?");
     const runtime::Tensor& tensor = state.tensor(name);
     std::vector<int64_t> expected(tensor.shape().begin(), tensor.shape().end());
-    GROVE_CHECK_AS(WeightsFormatError, entry->shape == expected, path, ": tensor '", entry->name,
-                   "' is ", shape_text(entry->shape), " but the config makes it ",
+    GROVE_CHECK_AS(WeightsFormatError, entry->shape == expected, file->path(), ": tensor '",
+                   entry->name, "' is ", shape_text(entry->shape), " but the config makes it ",
                    shape_text(expected));
     const bool floating = entry->dtype && (*entry->dtype == runtime::DType::kF32 ||
                                            *entry->dtype == runtime::DType::kBF16 ||
                                            *entry->dtype == runtime::DType::kF16);
-    GROVE_CHECK_AS(WeightsFormatError, floating, path, ": tensor '", entry->name, "' is ",
+    GROVE_CHECK_AS(WeightsFormatError, floating, file->path(), ": tensor '", entry->name, "' is ",
                    entry->dtype_name, "; decoder weights must be F32, BF16 or F16");
-    used.insert(entry->name);
-    plan.emplace_back(&tensor, entry);
+    used.emplace(file, entry->name);
+    plan.push_back({&tensor, file, entry});
   }
-  for (const SafetensorsEntry& entry : file.entries()) {
-    GROVE_CHECK_AS(WeightsFormatError, used.count(entry.name) || ignorable(entry.name, config),
-                   path, ": holds tensor '", entry.name, "' that a ",
-                   architecture_name(config.architecture),
-                   " decoder of this config does not have; check config.json against the "
-                   "checkpoint");
+  for (const SafetensorsFile& file : files) {
+    for (const SafetensorsEntry& entry : file.entries()) {
+      GROVE_CHECK_AS(WeightsFormatError,
+                     used.count({&file, entry.name}) || ignorable(entry.name, config), file.path(),
+                     ": holds tensor '", entry.name, "' that a ",
+                     architecture_name(config.architecture),
+                     " decoder of this config does not have; check config.json against the "
+                     "checkpoint");
+    }
   }
   uint64_t copied = 0;
-  for (const auto& [tensor, entry] : plan) {
-    std::vector<uint8_t> bytes = converted(file, *entry, tensor->dtype());
-    runtime::Tensor target = *tensor;
+  for (const Copy& copy : plan) {
+    std::vector<uint8_t> bytes = converted(*copy.file, *copy.entry, copy.tensor->dtype());
+    runtime::Tensor target = *copy.tensor;
     target.copy_from_host(bytes.data());
     copied += bytes.size();
   }

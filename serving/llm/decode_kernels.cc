@@ -116,7 +116,7 @@ void host_sample(const LaunchDims* dims, const uint64_t* args) {
     const int64_t remaining = --state[layout::kRemaining];
     const int64_t next = positions[row] + 1;
     int64_t finish = layout::kRunning;
-    if (token == state[layout::kEos]) {
+    if (layout::is_eos(state, token)) {
       finish = layout::kFinishedEos;
     } else if (remaining <= 0 || next >= max_seq_len) {
       finish = layout::kFinishedLength;

@@ -290,7 +290,7 @@ extern "C" __global__ void grove_llm_sample(const float* logits, int64_t vocab, 
   state[layout::kRemaining] = remaining;
   const int64_t next = positions[row] + 1;
   int64_t finish = layout::kRunning;
-  if (token == state[layout::kEos]) {
+  if (layout::is_eos(state, token)) {
     finish = layout::kFinishedEos;
   } else if (remaining <= 0 || next >= max_seq_len) {
     finish = layout::kFinishedLength;

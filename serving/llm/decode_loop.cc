@@ -112,12 +112,18 @@ void DecodeLoop::set_row(int64_t row, const DecodeRowStart& start) {
   GROVE_CHECK(start.generated >= 0 && start.generated < start.max_new_tokens, "decode loop row ",
               row, " has generated ", start.generated, " of ", start.max_new_tokens,
               " tokens; a row must have tokens left to generate");
+  static_assert(kMaxEosTokens == layout::kEosSlots);
+  GROVE_CHECK(start.eos_token_ids.size() <= kMaxEosTokens, "decode loop row ", row, " names ",
+              start.eos_token_ids.size(), " EOS tokens; a row stops at up to ", kMaxEosTokens);
   host_ids_[static_cast<size_t>(row)] = start.token;
   host_positions_[static_cast<size_t>(row)] = start.position;
   int64_t* state = host_row_state_.data() + row * layout::kRowFields;
   state[layout::kDraws] = start.generated;
   state[layout::kRemaining] = start.max_new_tokens - start.generated;
-  state[layout::kEos] = start.eos_token_id.value_or(-1);
+  for (size_t slot = 0; slot < kMaxEosTokens; ++slot) {
+    state[layout::kEos + static_cast<int64_t>(slot)] =
+        slot < start.eos_token_ids.size() ? start.eos_token_ids[slot] : -1;
+  }
   state[layout::kSeed] = static_cast<int64_t>(start.sampling.seed);
   state[layout::kTopK] = start.sampling.top_k;
   state[layout::kTemperatureBits] =

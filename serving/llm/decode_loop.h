@@ -79,7 +79,7 @@ struct DecodeRowStart {
   int64_t position = 0;
   int64_t generated = 1;
   int64_t max_new_tokens = 16;
-  std::optional<int64_t> eos_token_id;
+  std::vector<int64_t> eos_token_ids;  // Note [Every EOS token stops a row]
   SamplingParams sampling;
 };
 

@@ -4,6 +4,7 @@
 
 #include "runtime/device_context.h"
 #include "runtime/error.h"
+#include "serving/llm/checkpoint_files.h"
 #include "serving/llm/decode_kernels.h"
 
 namespace grove::serving::llm {
@@ -60,8 +61,7 @@ Decoder::Decoder(const DecoderConfig& config, DecoderOptions options)
 
 std::unique_ptr<Decoder> Decoder::load(const std::string& model_dir, DecoderOptions options) {
   auto decoder = std::make_unique<Decoder>(DecoderConfig::load(model_dir), std::move(options));
-  load_checkpoint(decoder->state(),
-                  weights::SafetensorsFile::open(model_dir + "/model.safetensors"));
+  load_checkpoint(decoder->state(), open_checkpoint_files(model_dir));
   return decoder;
 }
 

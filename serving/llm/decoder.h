@@ -66,7 +66,8 @@ struct DecodeRow {
 class Decoder {
  public:
   Decoder(const DecoderConfig& config, DecoderOptions options);
-  // config.json and model.safetensors of `model_dir`.
+  // config.json and model.safetensors (or its shards: Note [Sharded
+  // checkpoints]) of `model_dir`.
   static std::unique_ptr<Decoder> load(const std::string& model_dir, DecoderOptions options);
 
   // Compiles and records every bucket, decode largest first, then prefill

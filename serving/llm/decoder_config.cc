@@ -34,23 +34,70 @@ double optional_number(const json& config, const std::string& key, double fallba
   return config[key].get<double>();
 }
 
+// transformers 4 writes "torch_dtype", transformers 5 "dtype".
 runtime::DType parse_torch_dtype(const json& config, const std::string& what) {
-  if (!config.contains("torch_dtype") || config["torch_dtype"].is_null()) {
-    return runtime::DType::kF32;
+  std::string key;
+  for (const char* name : {"dtype", "torch_dtype"}) {
+    if (!config.contains(name) || config[name].is_null()) continue;
+    GROVE_CHECK(config[name].is_string(), what, ": \"", name, "\" must be a string, found ",
+                config[name].dump());
+    GROVE_CHECK(key.empty() || config[name] == config[key], what, ": \"dtype\" ",
+                config["dtype"].dump(), " disagrees with \"torch_dtype\" ",
+                config["torch_dtype"].dump(), "; write one of them");
+    key = name;
   }
-  std::string name = config["torch_dtype"].get<std::string>();
+  if (key.empty()) return runtime::DType::kF32;
+  std::string name = config[key].get<std::string>();
   if (name == "float32") return runtime::DType::kF32;
   if (name == "bfloat16") return runtime::DType::kBF16;
-  throw Error(str_cat(what, ": torch_dtype \"", name,
+  throw Error(str_cat(what, ": ", key, " \"", name,
                       "\" is not supported; grove runs decoders in float32 or bfloat16"));
 }
 
-std::optional<int64_t> eos_of(const json& config) {
-  if (!config.contains("eos_token_id")) return std::nullopt;
+// Note [Every EOS token stops a row]
+// A checkpoint may name several EOS tokens (LLaMA 3.1 Instruct's
+// [128001, 128008, 128009]: end of text, of a tool call, of a turn), and
+// Hugging Face's generate stops at any of them, taking them from
+// generation_config.json where the directory has one. grove kept only the
+// first, so a chat model ran past its end of turn until max_tokens. Every one
+// is kept now, up to kMaxEosTokens (more is refused by name), and each decode
+// path's stop test compares the token with all of them: the host's
+// (Generator::append), the sampling kernel's and its host function's
+// (decode_layout::is_eos). Tests: DecoderConfig.EosTokensAreAllKeptFromEitherFile
+// (checkpoint_test.cc), GeneratorTest.AnyOfSeveralEosTokensStopsARequest
+// (generator_test.cc), DecodeLoopTest.AnyOfSeveralEosTokensStopsTheRow
+// (decode_loop_test.cc, cuda and sim).
+std::vector<int64_t> eos_of(const json& config, const std::string& what) {
+  if (!config.contains("eos_token_id") || config["eos_token_id"].is_null()) return {};
   const json& eos = config["eos_token_id"];
-  if (eos.is_number_integer()) return eos.get<int64_t>();
-  if (eos.is_array() && !eos.empty() && eos[0].is_number_integer()) return eos[0].get<int64_t>();
-  return std::nullopt;
+  std::vector<int64_t> tokens;
+  if (eos.is_array()) {
+    for (const json& token : eos) {
+      GROVE_CHECK(token.is_number_integer() && token.get<int64_t>() >= 0, what,
+                  ": eos_token_id must hold token ids, found ", eos.dump());
+      tokens.push_back(token.get<int64_t>());
+    }
+  } else {
+    GROVE_CHECK(eos.is_number_integer() && eos.get<int64_t>() >= 0, what,
+                ": eos_token_id must be a token id or a list of them, found ", eos.dump());
+    tokens.push_back(eos.get<int64_t>());
+  }
+  GROVE_CHECK(tokens.size() <= kMaxEosTokens, what, ": eos_token_id names ", tokens.size(),
+              " tokens; grove stops at up to ", kMaxEosTokens);
+  return tokens;
+}
+
+json read_json(const std::string& path) {
+  std::ifstream file(path);
+  GROVE_CHECK(file.good(), "cannot read ", path,
+              "; a model directory holds config.json and model.safetensors");
+  std::stringstream text;
+  text << file.rdbuf();
+  try {
+    return json::parse(text.str());
+  } catch (const json::exception& error) {
+    throw Error(str_cat(path, ": not valid JSON: ", error.what()));
+  }
 }
 
 DecoderConfig parse_llama(const json& config, const std::string& what) {
@@ -66,14 +113,10 @@ DecoderConfig parse_llama(const json& config, const std::string& what) {
   result.intermediate_size = required_int(config, "intermediate_size", what);
   result.max_position_embeddings = optional_int(config, "max_position_embeddings", 2048, what);
   result.norm_eps = optional_number(config, "rms_norm_eps", 1e-6, what);
-  result.rope_theta = optional_number(config, "rope_theta", 10000, what);
+  result.rope = RopeConfig::parse(config, what);
   result.tie_word_embeddings = config.contains("tie_word_embeddings") &&
                                config["tie_word_embeddings"].is_boolean() &&
                                config["tie_word_embeddings"].get<bool>();
-  GROVE_CHECK(!config.contains("rope_scaling") || config["rope_scaling"].is_null(), what,
-              ": rope_scaling ",
-              config.contains("rope_scaling") ? config["rope_scaling"].dump() : "",
-              " is not supported; grove implements LLaMA's plain rotary embedding");
   GROVE_CHECK(!config.contains("hidden_act") || config["hidden_act"] == "silu", what,
               ": hidden_act ", config.value("hidden_act", json()).dump(),
               " is not supported; LLaMA's MLP is SwiGLU (\"silu\")");
@@ -130,7 +173,7 @@ DecoderConfig DecoderConfig::parse(const std::string& json_text, const std::stri
     throw Error(str_cat(what, ": model_type \"", model_type,
                         "\" is not supported; grove decodes \"llama\" and \"gpt2\" checkpoints"));
   }
-  result.eos_token_id = eos_of(config);
+  result.eos_token_ids = eos_of(config, what);
   result.dtype = parse_torch_dtype(config, what);
   result.verify();
   return result;
@@ -138,12 +181,17 @@ DecoderConfig DecoderConfig::parse(const std::string& json_text, const std::stri
 
 DecoderConfig DecoderConfig::load(const std::string& model_dir) {
   const std::string path = model_dir + "/config.json";
-  std::ifstream file(path);
-  GROVE_CHECK(file.good(), "cannot read ", path,
-              "; a model directory holds config.json and model.safetensors");
-  std::stringstream text;
-  text << file.rdbuf();
-  return parse(text.str(), path);
+  DecoderConfig config = parse(read_json(path).dump(), path);
+  // Note [Every EOS token stops a row]: generate's own source of them.
+  const std::string generation_path = model_dir + "/generation_config.json";
+  if (std::ifstream(generation_path).good()) {
+    const json generation = read_json(generation_path);
+    GROVE_CHECK(generation.is_object(), generation_path, ": must hold a JSON object");
+    if (generation.contains("eos_token_id") && !generation["eos_token_id"].is_null()) {
+      config.eos_token_ids = eos_of(generation, generation_path);
+    }
+  }
+  return config;
 }
 
 void DecoderConfig::verify() const {

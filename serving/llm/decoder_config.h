@@ -9,10 +9,15 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "runtime/dtype.h"
+#include "serving/llm/rope_config.h"
 
 namespace grove::serving::llm {
+
+// EOS tokens a row's stop test compares a token with (decode_kernels_layout.h).
+inline constexpr size_t kMaxEosTokens = 8;
 
 enum class Architecture : uint8_t {
   kLlama,  // RMSNorm, rotary embedding, grouped-query attention, SwiGLU MLP
@@ -32,19 +37,24 @@ struct DecoderConfig {
   int64_t intermediate_size = 0;
   int64_t max_position_embeddings = 0;
   double norm_eps = 1e-5;
-  double rope_theta = 10000;         // LLaMA only
+  RopeConfig rope;                   // LLaMA only
   bool tie_word_embeddings = false;  // GPT-2 always ties lm_head to wte
-  std::optional<int64_t> eos_token_id;
+  // Note [Every EOS token stops a row]: generation_config.json's eos_token_id
+  // where the directory has one, else config.json's; at most kMaxEosTokens.
+  std::vector<int64_t> eos_token_ids;
   runtime::DType dtype = runtime::DType::kF32;
 
   int64_t head_dim() const { return head_dimension; }
   int64_t query_groups() const { return num_heads / num_kv_heads; }
 
-  // Parses config.json text (`what` names it in messages). Throws grove::Error
-  // naming the key that is missing, mistyped or unsupported (rope_scaling, an
-  // activation other than GPT-2's gelu_new, a dtype other than float32/bfloat16).
+  // Parses config.json text (`what` names it in messages), in the layout of
+  // transformers 4 or 5 (Note [Rotary settings in both layouts]: "torch_dtype"
+  // or "dtype"). Throws grove::Error naming the key that is missing, mistyped
+  // or unsupported (a rotary type grove lacks, an activation other than
+  // GPT-2's gelu_new, a dtype other than float32/bfloat16).
   static DecoderConfig parse(const std::string& json_text, const std::string& what);
-  // parse() of MODEL_DIR/config.json.
+  // parse() of MODEL_DIR/config.json; the EOS tokens of
+  // MODEL_DIR/generation_config.json where it exists and names them.
   static DecoderConfig load(const std::string& model_dir);
   // Throws grove::Error when the numbers do not fit together (heads divide
   // hidden, kv heads divide heads, positive sizes).

@@ -33,16 +33,12 @@ void DecoderState::fill_tables() {
   for (size_t i = 0; i < positions.size(); ++i) positions[i] = static_cast<int64_t>(i);
   tensors_.at(kPositionsTable).copy_from_host(positions.data());
   if (config_.architecture != Architecture::kLlama) return;
-  // As HF's LlamaRotaryEmbedding: inv_freq in f32, angles t * inv_freq in f32,
-  // cos/sin of [angles, angles], then the model dtype.
+  // As HF's LlamaRotaryEmbedding: inv_freq in f32 (Note [Rotary settings in
+  // both layouts]), angles t * inv_freq in f32, cos/sin of [angles, angles],
+  // then the model dtype.
   const int64_t d = config_.head_dim();
   const int64_t half = d / 2;
-  std::vector<float> inv_freq(static_cast<size_t>(half));
-  for (int64_t i = 0; i < half; ++i) {
-    float exponent = static_cast<float>(2 * i) / static_cast<float>(d);
-    inv_freq[static_cast<size_t>(i)] =
-        1.0f / std::pow(static_cast<float>(config_.rope_theta), exponent);
-  }
+  const std::vector<float> inv_freq = config_.rope.inverse_frequencies(d);
   const runtime::DType dtype = config_.dtype;
   const size_t element = runtime::dtype_size(dtype);
   std::vector<uint8_t> cos_bytes(static_cast<size_t>(cache_.max_seq_len * d) * element);

@@ -9,6 +9,7 @@
 #pragma once
 
 #include <map>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -63,5 +64,8 @@ class DecoderState {
 // missing, extra or mismatched is a WeightsFormatError naming the tensor, and
 // nothing is copied. Returns the bytes copied.
 uint64_t load_checkpoint(DecoderState& state, const weights::SafetensorsFile& file);
+// The same over a sharded checkpoint's files (Note [Sharded checkpoints],
+// checkpoint_files.h): each weight from the one file that holds it.
+uint64_t load_checkpoint(DecoderState& state, std::span<const weights::SafetensorsFile> files);
 
 }  // namespace grove::serving::llm

@@ -88,9 +88,11 @@ RequestId Generator::submit(GenerationRequest request) {
                 " is outside the vocabulary [0, ", decoder_.config().vocab_size, ")");
   }
   request.sampling.verify();
-  if (!request.eos_token_id && !request.ignore_eos) {
-    request.eos_token_id = decoder_.config().eos_token_id;
+  if (request.eos_token_ids.empty() && !request.ignore_eos) {
+    request.eos_token_ids = decoder_.config().eos_token_ids;
   }
+  GROVE_CHECK(request.eos_token_ids.size() <= kMaxEosTokens, "a request names ",
+              request.eos_token_ids.size(), " EOS tokens; grove stops at up to ", kMaxEosTokens);
   RequestId id = next_id_++;
   results_[id] = GenerationResult{};
   waiting_.emplace_back(id, std::move(request));
@@ -138,8 +140,8 @@ void Generator::append(RequestId id, Active& active, int64_t token) {
   result.tokens.push_back(token);
   produced_.emplace_back(id, token);
   ++stats_.generated_tokens;
-  if (!active.request.ignore_eos && active.request.eos_token_id &&
-      token == *active.request.eos_token_id) {
+  const std::vector<int64_t>& eos = active.request.eos_token_ids;
+  if (!active.request.ignore_eos && std::find(eos.begin(), eos.end(), token) != eos.end()) {
     result.finish = FinishReason::kEos;
   } else if (static_cast<int64_t>(result.tokens.size()) >= active.request.max_new_tokens) {
     result.finish = FinishReason::kLength;
@@ -303,13 +305,13 @@ void Generator::decode_on_device() {
     const GenerationResult& result = results_.at(id);
     const auto generated = static_cast<int64_t>(result.tokens.size());
     by_row[static_cast<size_t>(active.slot)] = id;
-    std::optional<int64_t> eos;
-    if (!active.request.ignore_eos) eos = active.request.eos_token_id;
+    std::vector<int64_t> eos;
+    if (!active.request.ignore_eos) eos = active.request.eos_token_ids;
     loop.set_row(active.slot, {.token = result.tokens.back(),
                                .position = active.position,
                                .generated = generated,
                                .max_new_tokens = active.request.max_new_tokens,
-                               .eos_token_id = eos,
+                               .eos_token_ids = eos,
                                .sampling = active.request.sampling});
     if (!waiting_.empty()) steps = std::min(steps, active.request.max_new_tokens - generated);
   }

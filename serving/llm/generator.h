@@ -57,7 +57,8 @@ using RequestId = int64_t;
 struct GenerationRequest {
   std::vector<int64_t> prompt;
   int64_t max_new_tokens = 16;
-  std::optional<int64_t> eos_token_id;  // unset: the model config's eos_token_id, if any
+  // Empty: the model's (Note [Every EOS token stops a row]).
+  std::vector<int64_t> eos_token_ids;
   bool ignore_eos = false;
   SamplingParams sampling;
 };

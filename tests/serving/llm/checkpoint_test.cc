@@ -2,8 +2,15 @@
 // names, the shapes, dtype conversion, GPT-2's prefix-less names, and refusals
 // that name the tensor or key (serving/llm/decoder_config.h, decoder_state.h).
 #include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <nlohmann/json.hpp>
 
 #include "runtime/device.h"
+#include "serving/llm/checkpoint_files.h"
 #include "serving/llm/decoder_state.h"
 #include "tests/serving/llm/llm_test_util.h"
 #include "weights/safetensors.h"
@@ -53,7 +60,7 @@ TEST(DecoderConfig, ParsesLlamaConfigJson) {
   EXPECT_EQ(config.head_dim(), 8);
   EXPECT_EQ(config.query_groups(), 2);
   EXPECT_EQ(config.dtype, DType::kBF16);
-  EXPECT_EQ(config.eos_token_id.value_or(-1), 2);
+  EXPECT_EQ(config.eos_token_ids, std::vector<int64_t>{2});
   EXPECT_FALSE(config.tie_word_embeddings);
 }
 
@@ -70,8 +77,38 @@ TEST(DecoderConfig, RefusesWhatItDoesNotImplementByName) {
   EXPECT_NE(message(R"({"model_type": "llama", "vocab_size": 10})").find("hidden_size"),
             std::string::npos);
   std::string scaled = kLlamaJson;
-  scaled.replace(scaled.find("\"rope_scaling\": null"), 20, "\"rope_scaling\": {\"factor\": 2}");
+  scaled.replace(scaled.find("\"rope_scaling\": null"), 20,
+                 "\"rope_scaling\": {\"rope_type\": \"yarn\", \"factor\": 2}");
   EXPECT_NE(message(scaled).find("rope_scaling"), std::string::npos);
+  std::string many_eos = kLlamaJson;
+  many_eos.replace(many_eos.find("\"eos_token_id\": 2"), 17,
+                   "\"eos_token_id\": [1, 2, 3, 4, 5, 6, 7, 8, 9]");
+  EXPECT_NE(message(many_eos).find("eos_token_id"), std::string::npos);
+}
+
+// Note [Every EOS token stops a row]: config.json's list, and
+// generation_config.json's where the directory has one.
+TEST(DecoderConfig, EosTokensAreAllKeptFromEitherFile) {
+  const std::filesystem::path dir =
+      std::filesystem::temp_directory_path() / ("grove_eos_" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  std::string listed = kLlamaJson;
+  listed.replace(listed.find("\"eos_token_id\": 2"), 17, "\"eos_token_id\": [2, 9, 4]");
+  std::ofstream(dir / "config.json") << listed;
+  EXPECT_EQ(DecoderConfig::load(dir.string()).eos_token_ids, (std::vector<int64_t>{2, 9, 4}));
+  std::ofstream(dir / "generation_config.json")
+      << R"({"eos_token_id": [7, 8], "do_sample": false})";
+  EXPECT_EQ(DecoderConfig::load(dir.string()).eos_token_ids, (std::vector<int64_t>{7, 8}));
+  std::ofstream(dir / "generation_config.json") << R"({"eos_token_id": 5})";
+  EXPECT_EQ(DecoderConfig::load(dir.string()).eos_token_ids, (std::vector<int64_t>{5}));
+  // A generation config that names none leaves config.json's.
+  std::ofstream(dir / "generation_config.json") << R"({"max_new_tokens": 5})";
+  EXPECT_EQ(DecoderConfig::load(dir.string()).eos_token_ids, (std::vector<int64_t>{2, 9, 4}));
+  std::ofstream(dir / "generation_config.json") << R"({"eos_token_id": "two"})";
+  EXPECT_THROW(DecoderConfig::load(dir.string()), Error);
+  std::ofstream(dir / "generation_config.json") << "{not json";
+  EXPECT_THROW(DecoderConfig::load(dir.string()), Error);
+  std::filesystem::remove_all(dir);
 }
 
 TEST(Checkpoint, LoadsConvertingF32IntoABf16Model) {
@@ -190,6 +227,124 @@ TEST(Checkpoint, MismatchesAreNamedAndNothingIsCopied) {
   EXPECT_NE(refusal(reshaped).find("'lm_head.weight' is [32, 97]"), std::string::npos);
   for (float value : target.tensor("model.embed_tokens.weight").to_vector<float>()) {
     ASSERT_EQ(value, 0.0f);
+  }
+}
+
+// Note [Sharded checkpoints]: a directory whose weights are split over shards
+// named by model.safetensors.index.json, as save_pretrained writes it.
+class CheckpointFiles : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = std::filesystem::temp_directory_path() /
+           ("grove_shards_" + std::to_string(::getpid()) + "_" +
+            ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    std::filesystem::remove_all(dir_);
+    std::filesystem::create_directories(dir_);
+    testing::fill_random_weights(source_, 8);
+  }
+  void TearDown() override { std::filesystem::remove_all(dir_); }
+
+  // The source's weights in three shards, every third tensor in each, and
+  // the index; `edit` may change the weight map before it is written.
+  void write_shards(const std::function<void(nlohmann::json&)>& edit = {}) {
+    std::vector<TensorToWrite> all = checkpoint_of(source_, DType::kF32);
+    std::vector<std::vector<TensorToWrite>> shards(3);
+    nlohmann::json index = {{"metadata", {{"total_size", 0}}},
+                            {"weight_map", nlohmann::json::object()}};
+    for (size_t i = 0; i < all.size(); ++i) {
+      const std::string shard = "model-0000" + std::to_string(i % 3 + 1) + "-of-00003.safetensors";
+      index["weight_map"][all[i].name] = shard;
+      shards[i % 3].push_back(std::move(all[i]));
+    }
+    for (size_t k = 0; k < shards.size(); ++k) {
+      const std::vector<uint8_t> bytes = weights::encode_safetensors(shards[k]);
+      std::ofstream(dir_ / ("model-0000" + std::to_string(k + 1) + "-of-00003.safetensors"),
+                    std::ios::binary)
+          .write(reinterpret_cast<const char*>(bytes.data()),
+                 static_cast<std::streamsize>(bytes.size()));
+    }
+    if (edit) edit(index);
+    std::ofstream(dir_ / "model.safetensors.index.json") << index.dump();
+  }
+
+  std::string refusal() {
+    try {
+      std::vector<SafetensorsFile> files = open_checkpoint_files(dir_.string());
+      DecoderState target(config_, small_cache(), runtime::kSimDevice);
+      load_checkpoint(target, files);
+    } catch (const weights::WeightsFormatError& error) {
+      return error.what();
+    }
+    return "no error";
+  }
+
+  DecoderConfig config_ = testing::tiny_config(Architecture::kLlama, DType::kF32);
+  DecoderState source_{config_, small_cache(), runtime::kSimDevice};
+  std::filesystem::path dir_;
+};
+
+TEST_F(CheckpointFiles, ShardsLoadAsTheOneFileWould) {
+  write_shards();
+  std::vector<SafetensorsFile> files = open_checkpoint_files(dir_.string());
+  EXPECT_EQ(files.size(), 3u);
+  DecoderState target(config_, small_cache(), runtime::kSimDevice);
+  load_checkpoint(target, files);
+  for (const std::string& name : source_.weight_names()) {
+    EXPECT_EQ(target.tensor(name).to_doubles(), source_.tensor(name).to_doubles()) << name;
+  }
+  // model.safetensors, where present, is the checkpoint (save_pretrained writes one or the other).
+  const std::vector<uint8_t> bytes =
+      weights::encode_safetensors(checkpoint_of(source_, DType::kF32));
+  std::ofstream(dir_ / "model.safetensors", std::ios::binary)
+      .write(reinterpret_cast<const char*>(bytes.data()),
+             static_cast<std::streamsize>(bytes.size()));
+  EXPECT_EQ(open_checkpoint_files(dir_.string()).size(), 1u);
+}
+
+TEST_F(CheckpointFiles, AnInconsistentDirectoryIsRefusedByName) {
+  EXPECT_NE(refusal().find("model.safetensors.index.json"), std::string::npos);  // neither file
+  write_shards([](nlohmann::json& index) {
+    index["weight_map"]["model.norm.weight"] = "../model-00001-of-00003.safetensors";
+  });
+  EXPECT_NE(refusal().find("../model-00001"), std::string::npos);
+  write_shards(
+      [](nlohmann::json& index) { index["weight_map"]["model.norm.weight"] = "/etc/passwd"; });
+  EXPECT_NE(refusal().find("/etc/passwd"), std::string::npos);
+  // The index puts a tensor in a shard that does not hold it.
+  write_shards([](nlohmann::json& index) {
+    const std::string shard = index["weight_map"]["model.norm.weight"];
+    index["weight_map"]["model.norm.weight"] = shard == "model-00001-of-00003.safetensors"
+                                                   ? "model-00002-of-00003.safetensors"
+                                                   : "model-00001-of-00003.safetensors";
+  });
+  EXPECT_NE(refusal().find("'model.norm.weight'"), std::string::npos);
+  // A shard holds a tensor the index leaves out.
+  write_shards([](nlohmann::json& index) { index["weight_map"].erase("model.norm.weight"); });
+  EXPECT_NE(refusal().find("'model.norm.weight'"), std::string::npos);
+  write_shards([](nlohmann::json& index) { index["weight_map"] = "model.safetensors"; });
+  EXPECT_NE(refusal().find("weight_map"), std::string::npos);
+  // A missing shard names its path.
+  write_shards();
+  std::filesystem::remove(dir_ / "model-00002-of-00003.safetensors");
+  EXPECT_NE(refusal().find("model-00002-of-00003.safetensors"), std::string::npos);
+}
+
+TEST(Checkpoint, ATensorInTwoFilesIsRefused) {
+  DecoderConfig config = testing::tiny_config(Architecture::kLlama, DType::kF32);
+  DecoderState source(config, small_cache(), runtime::kSimDevice);
+  testing::fill_random_weights(source, 9);
+  std::vector<SafetensorsFile> files;
+  files.push_back(file_of(checkpoint_of(source, DType::kF32)));
+  std::vector<TensorToWrite> again = checkpoint_of(source, DType::kF32);
+  std::erase_if(again, [](const TensorToWrite& t) { return t.name != "model.norm.weight"; });
+  files.push_back(file_of(again));
+  DecoderState target(config, small_cache(), runtime::kSimDevice);
+  try {
+    load_checkpoint(target, files);
+    ADD_FAILURE() << "no error";
+  } catch (const weights::WeightsFormatError& error) {
+    EXPECT_NE(std::string(error.what()).find("'model.norm.weight' is in both"), std::string::npos)
+        << error.what();
   }
 }
 

@@ -58,7 +58,7 @@ std::vector<std::vector<int64_t>> start_rows(Decoder& decoder, DecodeLoop& loop,
                                              .position = static_cast<int64_t>(r.prompt.size()),
                                              .generated = 1,
                                              .max_new_tokens = r.max_new_tokens,
-                                             .eos_token_id = r.eos_token_id,
+                                             .eos_token_ids = r.eos_token_ids,
                                              .sampling = r.sampling});
   }
   return tokens;
@@ -202,7 +202,7 @@ TEST_P(DecodeLoopTest, StopsARowAtEosOnTheDeviceWhileOthersRun) {
   while (eos_index + 1 < free_run.size() && free_run[eos_index] == free_run[0]) ++eos_index;
   ASSERT_NE(free_run[eos_index], free_run[0]) << "weights seed " << kWeightsSeed;
   GenerationRequest stopping = generation_request({3, 1, 4, 1, 5}, 8);
-  stopping.eos_token_id = free_run[eos_index];
+  stopping.eos_token_ids = {free_run[eos_index]};
   const size_t first =
       std::find(free_run.begin() + 1, free_run.end(), free_run[eos_index]) - free_run.begin();
   DecodeLoop loop(*decoder, {.bucket = 2, .max_steps = 16});
@@ -213,6 +213,46 @@ TEST_P(DecodeLoopTest, StopsARowAtEosOnTheDeviceWhileOthersRun) {
   EXPECT_EQ(tokens[1], free_run);
   EXPECT_EQ(loop.finish(0), RowFinish::kEos);
   EXPECT_EQ(loop.finish(1), RowFinish::kLength);
+}
+
+// Note [Every EOS token stops a row]: the row names three EOS tokens, the
+// free run meets only the second, and the row stops there in both modes.
+TEST_P(DecodeLoopTest, AnyOfSeveralEosTokensStopsTheRow) {
+  auto decoder = tiny_decoder();
+  std::vector<int64_t> free_run;
+  {
+    Generator generator(*decoder);
+    free_run = generator.generate(generation_request({3, 1, 4, 1, 5}, 8));
+  }
+  size_t eos_index = 2;
+  while (eos_index + 1 < free_run.size() && free_run[eos_index] == free_run[0]) ++eos_index;
+  ASSERT_NE(free_run[eos_index], free_run[0]) << "weights seed " << kWeightsSeed;
+  std::vector<int64_t> unseen;  // tokens the free run never makes
+  for (int64_t token = 0; unseen.size() < 2; ++token) {
+    if (std::find(free_run.begin(), free_run.end(), token) == free_run.end()) {
+      unseen.push_back(token);
+    }
+  }
+  const size_t first =
+      std::find(free_run.begin() + 1, free_run.end(), free_run[eos_index]) - free_run.begin();
+  for (DecodeMode mode : {DecodeMode::kWhileLoop, DecodeMode::kPerStepGraphs}) {
+    SCOPED_TRACE(decode_mode_name(mode));
+    GenerationRequest stopping = generation_request({3, 1, 4, 1, 5}, 8);
+    stopping.eos_token_ids = {unseen[0], free_run[eos_index], unseen[1]};
+    GenerationRequest unseen_only = generation_request({3, 1, 4, 1, 5}, 8);
+    unseen_only.eos_token_ids = unseen;
+    DecodeLoop loop(*decoder, {.bucket = 2, .max_steps = 16});
+    std::vector<std::vector<int64_t>> tokens = start_rows(*decoder, loop, {stopping, unseen_only});
+    collect(loop.run(16, mode), tokens);
+    EXPECT_EQ(tokens[0], std::vector<int64_t>(free_run.begin(), free_run.begin() + first + 1));
+    EXPECT_EQ(tokens[1], free_run);
+    EXPECT_EQ(loop.finish(0), RowFinish::kEos);
+    EXPECT_EQ(loop.finish(1), RowFinish::kLength);
+  }
+  GenerationRequest too_many = generation_request({3, 1, 4, 1, 5}, 8);
+  too_many.eos_token_ids.assign(kMaxEosTokens + 1, 7);
+  DecodeLoop loop(*decoder, {.bucket = 2, .max_steps = 16});
+  EXPECT_THROW(start_rows(*decoder, loop, {too_many}), Error);
 }
 
 TEST_P(DecodeLoopTest, DeviceSamplingMatchesTheHostReference) {
@@ -241,7 +281,7 @@ TEST_P(DecodeLoopTest, DeviceSamplingMatchesTheHostReference) {
       int64_t* s = state.data() + row * layout::kRowFields;
       s[layout::kDraws] = 2 + row;
       s[layout::kRemaining] = row == 2 ? 1 : 10;
-      s[layout::kEos] = -1;
+      for (int64_t slot = 0; slot < layout::kEosSlots; ++slot) s[layout::kEos + slot] = -1;
       s[layout::kSeed] = static_cast<int64_t>(params[static_cast<size_t>(row)].seed);
       s[layout::kTopK] = params[static_cast<size_t>(row)].top_k;
       double temperature = params[static_cast<size_t>(row)].temperature;

@@ -36,12 +36,12 @@ def run_grove(directory, backend, extra=()):
 
 
 class GenerateMatchesReference(unittest.TestCase):
-    def check(self, config, tolerance, tie_margin):
+    def check(self, config, tolerance, tie_margin, shards=1):
         model = ref.make_model(config, SEED)
         expected_tokens, expected_logits = ref.greedy(model, PROMPT, STEPS)
         expected_logits = expected_logits.float().numpy()
         with tempfile.TemporaryDirectory() as directory:
-            ref.write_checkpoint(model, config, directory)
+            ref.write_checkpoint(model, config, directory, shards=shards)
             for backend in ("cudagraphs", "eager"):
                 tokens, logits = run_grove(directory, backend)
                 self.assertEqual(logits.shape, expected_logits.shape)
@@ -66,6 +66,22 @@ class GenerateMatchesReference(unittest.TestCase):
 
     def test_gpt2_bf16(self):
         self.check(ref.gpt2_config("bfloat16"), 1.0, 0.5)
+
+    # Note [Rotary settings in both layouts], Note [Sharded checkpoints]: a
+    # config.json in transformers 5's layout (theta 500000 and LLaMA 3.1's
+    # scaling inside rope_parameters, "dtype") over a checkpoint in shards;
+    # grove read theta 10000, no scaling and float32 from such a file.
+    def test_llama_in_transformers5_layout_with_llama3_scaling_from_shards(self):
+        scaling = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
+                   "high_freq_factor": 4.0, "original_max_position_embeddings": 256}
+        for dtype, tolerance, margin in (("float32", 2e-3, 4e-3), ("bfloat16", 1.0, 0.5)):
+            with self.subTest(dtype=dtype):
+                self.check(ref.transformers5_llama_config(dtype, scaling=scaling, eos=(2, 3)),
+                           tolerance, margin, shards=3)
+
+    def test_linear_scaling_and_a_plain_theta_in_transformers5_layout(self):
+        self.check(ref.transformers5_llama_config(
+            "float32", theta=10000.0, scaling={"rope_type": "linear", "factor": 4.0}), 2e-3, 4e-3)
 
     def test_batched_prompts_give_each_prompt_its_own_tokens(self):
         config = ref.llama_config("float32")

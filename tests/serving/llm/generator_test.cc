@@ -88,7 +88,7 @@ TEST(Generator, StopsAtEosIncludingTheEosToken) {
   Generator generator(*decoder);
   std::vector<int64_t> free_run = generator.generate(generation_request({3, 1, 4, 1, 5}, 8));
   GenerationRequest stopping = generation_request({3, 1, 4, 1, 5}, 8);
-  stopping.eos_token_id = free_run[2];
+  stopping.eos_token_ids = {free_run[2]};
   RequestId id = generator.submit(stopping);
   while (!generator.done(id)) generator.step();
   // Stops at the first occurrence of the EOS token.
@@ -155,6 +155,40 @@ TEST(Generator, TokenCallbackMayCancelAndForgetARequestOnItsLastToken) {
   }
 }
 
+// Note [Every EOS token stops a row]: of three EOS tokens the free run meets
+// only the last, and the request stops there, on the host's path and in
+// device loops.
+TEST(Generator, AnyOfSeveralEosTokensStopsARequest) {
+  auto decoder = tiny_decoder();
+  std::vector<int64_t> free_run;
+  {
+    Generator generator(*decoder);
+    free_run = generator.generate(generation_request({3, 1, 4, 1, 5}, 8));
+  }
+  std::vector<int64_t> unseen;
+  for (int64_t token = 0; unseen.size() < 2; ++token) {
+    if (std::find(free_run.begin(), free_run.end(), token) == free_run.end()) {
+      unseen.push_back(token);
+    }
+  }
+  const size_t first = std::find(free_run.begin(), free_run.end(), free_run[3]) - free_run.begin();
+  for (int64_t loop_steps : {0, 4}) {
+    SCOPED_TRACE(::testing::Message() << "loop_steps " << loop_steps);
+    Generator generator(*decoder, {.loop_steps = loop_steps});
+    GenerationRequest stopping = generation_request({3, 1, 4, 1, 5}, 8);
+    stopping.eos_token_ids = {unseen[0], unseen[1], free_run[3]};
+    RequestId id = generator.submit(stopping);
+    while (!generator.done(id)) generator.step();
+    EXPECT_EQ(generator.result(id).tokens,
+              std::vector<int64_t>(free_run.begin(), free_run.begin() + first + 1));
+    EXPECT_EQ(generator.result(id).finish, FinishReason::kEos);
+  }
+  Generator generator(*decoder);
+  GenerationRequest too_many = generation_request({3, 1, 4, 1, 5}, 8);
+  too_many.eos_token_ids.assign(kMaxEosTokens + 1, 7);
+  EXPECT_THROW(generator.submit(too_many), Error);
+}
+
 // Note [Decode runs on the device]: the same requests, joining and leaving
 // as in RequestsGetTheSameTokensAloneAsInAnyBatch, plus one that stops at
 // EOS, get the same tokens from device loops of up to 4 steps as step by step.
@@ -167,7 +201,7 @@ TEST(Generator, DeviceLoopGivesThePerStepTokens) {
     free_run = generator.generate(generation_request({3, 1, 4, 1, 5}, 12));
   }
   GenerationRequest stopping = generation_request({3, 1, 4, 1, 5}, 12);
-  stopping.eos_token_id = free_run[5];
+  stopping.eos_token_ids = {free_run[5]};
   requests.push_back(stopping);
   auto run_all = [&](Generator& generator) {
     std::vector<RequestId> ids;

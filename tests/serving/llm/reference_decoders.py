@@ -27,6 +27,54 @@ def llama_config(dtype="float32", vocab=97, hidden=32, layers=2, heads=4, kv_hea
     }
 
 
+def transformers5_llama_config(dtype="float32", theta=500000.0, scaling=None, eos=(2,), **sizes):
+    """llama_config as transformers 5 writes it: "dtype" for "torch_dtype", one
+    "rope_parameters" dict (theta, type and a scaling's numbers) for the
+    top-level "rope_theta" and "rope_scaling", and eos_token_id a list."""
+    config = llama_config(dtype, **sizes)
+    for key in ("torch_dtype", "rope_theta"):
+        del config[key]
+    config["dtype"] = dtype
+    config["rope_parameters"] = dict(scaling or {"rope_type": "default"}, rope_theta=theta)
+    config["eos_token_id"] = list(eos)
+    return config
+
+
+def model_dtype(config):
+    """The torch dtype a config names (transformers 5's "dtype" or 4's "torch_dtype")."""
+    name = config.get("dtype", config.get("torch_dtype"))
+    return torch.bfloat16 if name == "bfloat16" else torch.float32
+
+
+def rope_settings(config):
+    """(theta, the rotary dict or {}) of either layout."""
+    if config.get("rope_parameters"):
+        rope = config["rope_parameters"]
+        return rope.get("rope_theta", 10000.0), rope
+    return config.get("rope_theta", 10000.0), config.get("rope_scaling") or {}
+
+
+def inverse_frequencies(config, d):
+    """inv_freq [d / 2] as transformers computes it for the config's rotary type
+    (default, linear, llama3), in f32 tensor arithmetic."""
+    theta, rope = rope_settings(config)
+    inv_freq = 1.0 / (theta ** (torch.arange(0, d, 2, dtype=torch.int64).float() / d))
+    kind = rope.get("rope_type", rope.get("type", "default"))
+    if kind == "linear":
+        return inv_freq / rope["factor"]
+    if kind == "llama3":
+        factor, low, high = rope["factor"], rope["low_freq_factor"], rope["high_freq_factor"]
+        old = rope["original_max_position_embeddings"]
+        wavelength = 2 * math.pi / inv_freq
+        scaled = torch.where(wavelength > old / low, inv_freq / factor, inv_freq)
+        smooth = (old / wavelength - low) / (high - low)
+        blended = (1 - smooth) * scaled / factor + smooth * scaled
+        medium = ~(wavelength < old / high) * ~(wavelength > old / low)
+        return torch.where(medium, blended, scaled)
+    assert kind == "default", kind
+    return inv_freq
+
+
 def gpt2_config(dtype="float32", vocab=97, hidden=32, layers=2, heads=4, positions=64):
     return {
         "architectures": ["GPT2LMHeadModel"], "model_type": "gpt2", "vocab_size": vocab,
@@ -72,15 +120,14 @@ class LlamaAttention(nn.Module):
         self.k_proj = nn.Linear(h, self.kv_heads * self.d, bias=False)
         self.v_proj = nn.Linear(h, self.kv_heads * self.d, bias=False)
         self.o_proj = nn.Linear(self.heads * self.d, h, bias=False)
-        self.theta = c["rope_theta"]
+        self.inv_freq = inverse_frequencies(c, self.d)
 
     def forward(self, x):
         n = x.shape[0]
         q = self.q_proj(x).view(n, self.heads, self.d).transpose(0, 1)
         k = self.k_proj(x).view(n, self.kv_heads, self.d).transpose(0, 1)
         v = self.v_proj(x).view(n, self.kv_heads, self.d).transpose(0, 1)
-        inv_freq = 1.0 / (self.theta ** (torch.arange(0, self.d, 2, dtype=torch.int64).float() / self.d))
-        freqs = torch.outer(torch.arange(n).float(), inv_freq)
+        freqs = torch.outer(torch.arange(n).float(), self.inv_freq)
         emb = torch.cat((freqs, freqs), dim=-1)
         cos, sin = emb.cos().to(x.dtype), emb.sin().to(x.dtype)
         q = q * cos + rotate_half(q) * sin
@@ -234,18 +281,36 @@ def make_model(config, seed):
                 p.copy_(1 + 0.1 * torch.randn_like(p) if name.endswith("weight") else 0.1 * torch.randn_like(p))
             else:
                 p.copy_(0.5 * torch.randn_like(p))
-    dtype = torch.bfloat16 if config["torch_dtype"] == "bfloat16" else torch.float32
-    return model.to(dtype).eval()
+    return model.to(model_dtype(config)).eval()
 
 
-def write_checkpoint(model, config, directory):
-    """config.json and model.safetensors (HF names; format pt, as transformers requires)."""
+def write_checkpoint(model, config, directory, shards=1, generation_config=None):
+    """config.json and model.safetensors (HF names; format pt, as transformers
+    requires), or with shards > 1 the tensors dealt over that many
+    model-0000K-of-0000N.safetensors files and model.safetensors.index.json, as
+    save_pretrained writes a sharded checkpoint; generation_config.json when given."""
     os.makedirs(directory, exist_ok=True)
     with open(os.path.join(directory, "config.json"), "w") as f:
         json.dump(config, f, indent=1)
+    if generation_config is not None:
+        with open(os.path.join(directory, "generation_config.json"), "w") as f:
+            json.dump(generation_config, f, indent=1)
     state = {name: t.detach().contiguous() for name, t in model.state_dict().items()}
-    grove_weights.save_file(state, os.path.join(directory, "model.safetensors"),
-                            metadata={"format": "pt"})
+    if shards == 1:
+        grove_weights.save_file(state, os.path.join(directory, "model.safetensors"),
+                                metadata={"format": "pt"})
+        return
+    names = sorted(state)
+    weight_map = {}
+    for k in range(shards):
+        shard = "model-%05d-of-%05d.safetensors" % (k + 1, shards)
+        part = {name: state[name] for name in names[k::shards]}
+        weight_map.update({name: shard for name in part})
+        grove_weights.save_file(part, os.path.join(directory, shard), metadata={"format": "pt"})
+    with open(os.path.join(directory, "model.safetensors.index.json"), "w") as f:
+        json.dump({"metadata": {"total_size": sum(t.numel() * t.element_size()
+                                                  for t in state.values())},
+                   "weight_map": weight_map}, f, indent=1)
 
 
 @torch.no_grad()
