@@ -100,6 +100,24 @@ json read_json(const std::string& path) {
   }
 }
 
+// Note [Mistral is LLaMA within its window]
+// A Mistral checkpoint is a LLaMA one (the same modules, tensor names and
+// arithmetic) but for its attention, which sees only the last sliding_window
+// positions (null in Mistral 7B v0.2 and later: all of them). Within the
+// window that is all of them, so grove decodes "mistral" as "llama" wherever
+// its cache holds no more positions than the window (DecoderState refuses a
+// longer max_seq_len by name, never attending past the window unasked).
+// Tests: DecoderConfig.MistralIsLlamaWithinItsWindow (checkpoint_test.cc),
+// gpu_transformers_test.py's Mistral case against transformers.
+std::optional<int64_t> mistral_window(const json& config, const std::string& what) {
+  if (!config.contains("sliding_window") || config["sliding_window"].is_null()) {
+    return std::nullopt;
+  }
+  const int64_t window = required_int(config, "sliding_window", what);
+  GROVE_CHECK(window > 0, what, ": sliding_window must be positive, found ", window);
+  return window;
+}
+
 DecoderConfig parse_llama(const json& config, const std::string& what) {
   DecoderConfig result;
   result.architecture = Architecture::kLlama;
@@ -165,13 +183,15 @@ DecoderConfig DecoderConfig::parse(const std::string& json_text, const std::stri
   GROVE_CHECK(config.is_object(), what, ": config.json must hold a JSON object");
   std::string model_type = config.value("model_type", std::string());
   DecoderConfig result;
-  if (model_type == "llama") {
+  if (model_type == "llama" || model_type == "mistral") {
     result = parse_llama(config, what);
+    if (model_type == "mistral") result.sliding_window = mistral_window(config, what);
   } else if (model_type == "gpt2") {
     result = parse_gpt2(config, what);
   } else {
     throw Error(str_cat(what, ": model_type \"", model_type,
-                        "\" is not supported; grove decodes \"llama\" and \"gpt2\" checkpoints"));
+                        "\" is not supported; grove decodes \"llama\", \"mistral\" and \"gpt2\" "
+                        "checkpoints"));
   }
   result.eos_token_ids = eos_of(config, what);
   result.dtype = parse_torch_dtype(config, what);

@@ -10,6 +10,12 @@ namespace grove::serving::llm {
 DecoderState::DecoderState(const DecoderConfig& config, const CacheShape& cache,
                            runtime::Device device)
     : config_(config), cache_(cache), device_(device) {
+  // Note [Mistral is LLaMA within its window] (decoder_config.cc).
+  GROVE_CHECK(!config_.sliding_window || cache_.max_seq_len <= *config_.sliding_window,
+              "the checkpoint's attention sees the last ", config_.sliding_window.value_or(0),
+              " positions (sliding_window) and grove's attention sees all of them: a cache of ",
+              cache_.max_seq_len, " positions would differ from the model; use max_seq_len <= ",
+              config_.sliding_window.value_or(0));
   // The one-token chunk program declares every weight, table and the full cache.
   compiler::ir::Program program = build_prefill_program(config_, cache_, 1, device_, true);
   for (const compiler::ir::Value& value : program.values()) {

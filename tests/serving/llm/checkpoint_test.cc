@@ -73,7 +73,7 @@ TEST(DecoderConfig, RefusesWhatItDoesNotImplementByName) {
     }
     return std::string("no error");
   };
-  EXPECT_NE(message(R"({"model_type": "mistral"})").find("\"mistral\""), std::string::npos);
+  EXPECT_NE(message(R"({"model_type": "qwen2"})").find("\"qwen2\""), std::string::npos);
   EXPECT_NE(message(R"({"model_type": "llama", "vocab_size": 10})").find("hidden_size"),
             std::string::npos);
   std::string scaled = kLlamaJson;
@@ -109,6 +109,26 @@ TEST(DecoderConfig, EosTokensAreAllKeptFromEitherFile) {
   std::ofstream(dir / "generation_config.json") << "{not json";
   EXPECT_THROW(DecoderConfig::load(dir.string()), Error);
   std::filesystem::remove_all(dir);
+}
+
+// Note [Mistral is LLaMA within its window]
+TEST(DecoderConfig, MistralIsLlamaWithinItsWindow) {
+  std::string mistral = kLlamaJson;
+  mistral.replace(mistral.find("\"llama\""), 7, "\"mistral\"");
+  DecoderConfig unbounded = DecoderConfig::parse(mistral, "config.json");
+  EXPECT_EQ(unbounded.architecture, Architecture::kLlama);
+  EXPECT_FALSE(unbounded.sliding_window.has_value());
+  std::string windowed = mistral;
+  windowed.replace(windowed.find("\"rope_scaling\": null"), 20, "\"sliding_window\": 16");
+  DecoderConfig config = DecoderConfig::parse(windowed, "config.json");
+  EXPECT_EQ(config.sliding_window, 16);
+  EXPECT_NO_THROW(DecoderState(config, {.slots = 1, .max_seq_len = 16}, runtime::kSimDevice));
+  try {
+    DecoderState(config, {.slots = 1, .max_seq_len = 17}, runtime::kSimDevice);
+    ADD_FAILURE() << "no error";
+  } catch (const Error& error) {
+    EXPECT_NE(std::string(error.what()).find("sliding_window"), std::string::npos);
+  }
 }
 
 TEST(Checkpoint, LoadsConvertingF32IntoABf16Model) {

@@ -83,6 +83,11 @@ class GenerateMatchesReference(unittest.TestCase):
         self.check(ref.transformers5_llama_config(
             "float32", theta=10000.0, scaling={"rope_type": "linear", "factor": 4.0}), 2e-3, 4e-3)
 
+    # Note [Mistral is LLaMA within its window]: the window (32) holds the cache.
+    def test_mistral_within_its_window(self):
+        self.check(dict(ref.llama_config("float32"), model_type="mistral", sliding_window=32,
+                        architectures=["MistralForCausalLM"]), 2e-3, 4e-3)
+
     def test_batched_prompts_give_each_prompt_its_own_tokens(self):
         config = ref.llama_config("float32")
         model = ref.make_model(config, SEED)

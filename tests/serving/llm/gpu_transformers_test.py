@@ -34,8 +34,8 @@ SEED = 38
 class GroveMatchesTransformers(unittest.TestCase):
     def hf_greedy(self, directory, config):
         dtype = ref.model_dtype(config)
-        cls = (transformers.LlamaForCausalLM if config["model_type"] == "llama"
-               else transformers.GPT2LMHeadModel)
+        cls = {"llama": transformers.LlamaForCausalLM, "mistral": transformers.MistralForCausalLM,
+               "gpt2": transformers.GPT2LMHeadModel}[config["model_type"]]
         model = cls.from_pretrained(directory, torch_dtype=dtype).cuda().eval()
         ids = list(PROMPT)
         rows = []
@@ -115,6 +115,26 @@ class GroveMatchesTransformers(unittest.TestCase):
                     json.dump({"eos_token_id": [eos, free_run[3]]}, f)
                 tokens, _ = self.grove_generate(directory)
                 self.assertEqual(tokens, free_run[:free_run.index(free_run[3]) + 1])
+
+    # Note [Mistral is LLaMA within its window]: transformers' own Mistral, its
+    # window longer than grove's cache (32 positions).
+    def test_mistral_saved_by_transformers(self):
+        with tempfile.TemporaryDirectory() as directory:
+            torch.manual_seed(SEED)
+            hf_config = transformers.MistralConfig(
+                hidden_size=64, intermediate_size=96, num_hidden_layers=2, num_attention_heads=4,
+                num_key_value_heads=2, vocab_size=97, max_position_embeddings=64,
+                sliding_window=48)
+            model = transformers.MistralForCausalLM(hf_config)
+            with torch.no_grad():
+                for name, p in model.named_parameters():
+                    p.copy_(1 + 0.1 * torch.randn_like(p) if "norm" in name
+                            else 0.5 * torch.randn_like(p))
+            model.save_pretrained(directory)
+            with open(os.path.join(directory, "config.json")) as f:
+                config = json.load(f)
+            self.assertEqual(config["model_type"], "mistral")
+            self.compare(directory, config, 2e-2, 4e-2)
 
     def test_llama_f32(self):
         self.check(ref.llama_config("float32"), 2e-2, 4e-2)

@@ -274,7 +274,8 @@ class GPT2LMHeadModel(nn.Module):
 def make_model(config, seed):
     """The reference module of `config` with seeded random weights (norms near 1)."""
     torch.manual_seed(seed)
-    model = LlamaForCausalLM(config) if config["model_type"] == "llama" else GPT2LMHeadModel(config)
+    model = (GPT2LMHeadModel(config) if config["model_type"] == "gpt2"
+             else LlamaForCausalLM(config))  # llama, and mistral within its window
     with torch.no_grad():
         for name, p in model.named_parameters():
             if "norm" in name or "ln_" in name:
