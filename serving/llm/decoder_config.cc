@@ -100,17 +100,40 @@ json read_json(const std::string& path) {
   }
 }
 
-// Note [Mistral is LLaMA within its window]
-// A Mistral checkpoint is a LLaMA one (the same modules, tensor names and
-// arithmetic) but for its attention, which sees only the last sliding_window
-// positions (null in Mistral 7B v0.2 and later: all of them). Within the
-// window that is all of them, so grove decodes "mistral" as "llama" wherever
-// its cache holds no more positions than the window (DecoderState refuses a
-// longer max_seq_len by name, never attending past the window unasked).
-// Tests: DecoderConfig.MistralIsLlamaWithinItsWindow (checkpoint_test.cc),
-// gpu_transformers_test.py's Mistral case against transformers.
-std::optional<int64_t> mistral_window(const json& config, const std::string& what) {
-  if (!config.contains("sliding_window") || config["sliding_window"].is_null()) {
+// Note [LLaMA's family]
+// Mistral, Qwen2 and Qwen3 checkpoints are LLaMA ones (the same modules, tensor
+// names, RMSNorm, rotary embedding, grouped-query attention and SwiGLU MLP)
+// but for three things, each read from config.json:
+//  - a sliding attention window (Mistral's sliding_window, null from Mistral
+//    7B v0.2 on; Qwen's where use_sliding_window or a "sliding_attention"
+//    layer type says so). Within the window it sees every position, so grove
+//    decodes these wherever its cache holds no more positions than the window
+//    and DecoderState refuses a longer max_seq_len by name, never attending
+//    past the window unasked;
+//  - biases on the q, k and v projections (Qwen2 always; Qwen3 where
+//    attention_bias says so, which also puts one on o_proj: refused), added to
+//    the fused projection (Note [Fused projection weights]);
+//  - Qwen3's RMSNorm of each query and key head (self_attn.q_norm / k_norm)
+//    before the rotary embedding.
+// Anything else a family adds is refused by name (bias on an MLP or o_proj).
+// Tests: DecoderConfig.TheFamilyIsReadFromConfigJson (checkpoint_test.cc),
+// generate_reference_test.py's Mistral, Qwen2 and Qwen3 cases (sim, against
+// the reference decoders), gpu_transformers_test.py's cases against
+// transformers' MistralForCausalLM, Qwen2ForCausalLM and Qwen3ForCausalLM.
+std::optional<int64_t> attention_window(const json& config, const std::string& model_type,
+                                        const std::string& what) {
+  bool windowed = model_type == "mistral";
+  if (config.contains("use_sliding_window") && config["use_sliding_window"].is_boolean()) {
+    windowed = windowed || config["use_sliding_window"].get<bool>();
+  }
+  if (config.contains("layer_types") && config["layer_types"].is_array()) {
+    for (const json& type : config["layer_types"]) {
+      GROVE_CHECK(type == "full_attention" || type == "sliding_attention", what, ": layer type ",
+                  type.dump(), " is not supported; grove's layers are full or sliding attention");
+      windowed = windowed || type == "sliding_attention";
+    }
+  }
+  if (!windowed || !config.contains("sliding_window") || config["sliding_window"].is_null()) {
     return std::nullopt;
   }
   const int64_t window = required_int(config, "sliding_window", what);
@@ -118,7 +141,8 @@ std::optional<int64_t> mistral_window(const json& config, const std::string& wha
   return window;
 }
 
-DecoderConfig parse_llama(const json& config, const std::string& what) {
+DecoderConfig parse_llama(const json& config, const std::string& model_type,
+                          const std::string& what) {
   DecoderConfig result;
   result.architecture = Architecture::kLlama;
   result.vocab_size = required_int(config, "vocab_size", what);
@@ -138,8 +162,15 @@ DecoderConfig parse_llama(const json& config, const std::string& what) {
   GROVE_CHECK(!config.contains("hidden_act") || config["hidden_act"] == "silu", what,
               ": hidden_act ", config.value("hidden_act", json()).dump(),
               " is not supported; LLaMA's MLP is SwiGLU (\"silu\")");
-  GROVE_CHECK(!config.value("attention_bias", false) && !config.value("mlp_bias", false), what,
-              ": attention_bias / mlp_bias are not supported; LLaMA's projections have no bias");
+  // Note [LLaMA's family]
+  const bool attention_bias = config.value("attention_bias", false);
+  GROVE_CHECK(!config.value("mlp_bias", false) && (model_type == "qwen2" || !attention_bias), what,
+              ": attention_bias / mlp_bias are not supported for ", model_type, "; grove's ",
+              model_type, " projections have no bias",
+              model_type == "qwen2" ? " but q, k and v" : "");
+  result.qkv_bias = model_type == "qwen2";
+  result.qk_norm = model_type == "qwen3";
+  result.sliding_window = attention_window(config, model_type, what);
   return result;
 }
 
@@ -183,15 +214,15 @@ DecoderConfig DecoderConfig::parse(const std::string& json_text, const std::stri
   GROVE_CHECK(config.is_object(), what, ": config.json must hold a JSON object");
   std::string model_type = config.value("model_type", std::string());
   DecoderConfig result;
-  if (model_type == "llama" || model_type == "mistral") {
-    result = parse_llama(config, what);
-    if (model_type == "mistral") result.sliding_window = mistral_window(config, what);
+  if (model_type == "llama" || model_type == "mistral" || model_type == "qwen2" ||
+      model_type == "qwen3") {
+    result = parse_llama(config, model_type, what);
   } else if (model_type == "gpt2") {
     result = parse_gpt2(config, what);
   } else {
     throw Error(str_cat(what, ": model_type \"", model_type,
-                        "\" is not supported; grove decodes \"llama\", \"mistral\" and \"gpt2\" "
-                        "checkpoints"));
+                        "\" is not supported; grove decodes \"llama\", \"mistral\", \"qwen2\", "
+                        "\"qwen3\" and \"gpt2\" checkpoints"));
   }
   result.eos_token_ids = eos_of(config, what);
   result.dtype = parse_torch_dtype(config, what);

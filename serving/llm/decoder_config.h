@@ -20,7 +20,7 @@ namespace grove::serving::llm {
 inline constexpr size_t kMaxEosTokens = 8;
 
 enum class Architecture : uint8_t {
-  kLlama,  // RMSNorm, rotary embedding, grouped-query attention, SwiGLU MLP (also Mistral)
+  kLlama,  // RMSNorm, rotary embedding, grouped-query attention, SwiGLU MLP (and its family)
   kGpt2,   // LayerNorm, learned positions, multi-head attention, GELU MLP, Conv1D weights
 };
 
@@ -38,9 +38,12 @@ struct DecoderConfig {
   int64_t max_position_embeddings = 0;
   double norm_eps = 1e-5;
   RopeConfig rope;  // LLaMA only
-  // Mistral's attention window (Note [Mistral is LLaMA within its window]);
-  // unset: every position.
+  // Note [LLaMA's family] (decoder_config.cc): the attention window (unset:
+  // every position), biases on q, k and v (Qwen2), RMSNorm of each query and
+  // key head (Qwen3).
   std::optional<int64_t> sliding_window;
+  bool qkv_bias = false;
+  bool qk_norm = false;
   bool tie_word_embeddings = false;  // GPT-2 always ties lm_head to wte
   // Note [Every EOS token stops a row]: generation_config.json's eos_token_id
   // where the directory has one, else config.json's; at most kMaxEosTokens.

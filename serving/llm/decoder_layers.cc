@@ -143,6 +143,25 @@ ValueId DecoderLayers::rotate(ValueId x, ValueId rotated, ValueId cos, ValueId s
                 b_.mul(b_.reshape(rotated, {rows, heads, d}), sin));
 }
 
+ValueId DecoderLayers::family_projection(ValueId fused, int64_t layer, int64_t rows) {
+  const int64_t d = config_.head_dim();
+  const int64_t q_width = config_.num_heads * d;
+  const int64_t kv_width = config_.num_kv_heads * d;
+  if (config_.qkv_bias) {
+    fused = b_.add(fused, weight(qkv_bias_name(layer), {q_width + 2 * kv_width}));
+  }
+  if (!config_.qk_norm) return fused;
+  // HF's Qwen3: q_norm / k_norm, LLaMA's RMSNorm over each head's d values.
+  auto heads_normed = [&](int64_t begin, int64_t width, const std::string& norm) {
+    ValueId part = b_.reshape(b_.slice(fused, 1, begin, begin + width), {rows * width / d, d});
+    return b_.reshape(rms_norm(part, layer_weight(layer, "self_attn." + norm + ".weight", {d})),
+                      {rows, width});
+  };
+  return b_.concat({heads_normed(0, q_width, "q_norm"), heads_normed(q_width, kv_width, "k_norm"),
+                    b_.slice(fused, 1, q_width + kv_width, q_width + 2 * kv_width)},
+                   1);
+}
+
 QueryKeyValue DecoderLayers::project(ValueId x, int64_t layer, ValueId positions, int64_t rows) {
   const int64_t hidden = config_.hidden_size;
   const int64_t d = config_.head_dim();
@@ -159,8 +178,9 @@ QueryKeyValue DecoderLayers::project(ValueId x, int64_t layer, ValueId positions
   // Note [Fused projection weights]: one GEMM for q, k and v.
   const int64_t q_width = heads * d;
   const int64_t kv_width = kv_heads * d;
-  ValueId fused =
-      b_.linear(x, weight(qkv_weight_name(layer), {q_width + 2 * kv_width, hidden}), kNoValue);
+  ValueId fused = family_projection(
+      b_.linear(x, weight(qkv_weight_name(layer), {q_width + 2 * kv_width, hidden}), kNoValue),
+      layer, rows);
   ValueId q = b_.slice(fused, 1, 0, q_width);
   ValueId k = b_.slice(fused, 1, q_width, q_width + kv_width);
   ValueId v = b_.slice(fused, 1, q_width + kv_width, q_width + 2 * kv_width);
@@ -333,9 +353,10 @@ QueryKeyValue DecoderLayers::fused_cache_attention(ValueId x, int64_t layer, Val
   const int64_t kv_heads = config_.num_kv_heads;
   const int64_t q_width = heads * d;
   const int64_t kv_width = kv_heads * d;
-  ValueId fused =
+  ValueId fused = family_projection(
       normed_linear(x, norm_weight(layer, 1),
-                    weight(qkv_weight_name(layer), {q_width + 2 * kv_width, config_.hidden_size}));
+                    weight(qkv_weight_name(layer), {q_width + 2 * kv_width, config_.hidden_size})),
+      layer, rows);
   // The kernel reads the rotary tables at each row's position itself.
   ValueId result =
       b_.op1("decode_attention", {fused, rope_cos_, rope_sin_, key_cache, value_cache, positions},

@@ -89,6 +89,9 @@ class DecoderLayers {
   ValueId layer_weight(int64_t layer, const std::string& suffix, const runtime::Shape& shape);
   ValueId scalar(double value, runtime::DType dtype);
   ValueId rms_norm(ValueId x, ValueId weight_value);
+  // Note [LLaMA's family]: the fused projection [rows, q + 2 kv] with the
+  // family's q, k, v bias added and its query and key heads normalized.
+  ValueId family_projection(ValueId fused, int64_t layer, int64_t rows);
   // x * cos + rotated * sin per head, `rotated` being rotate_half(x).
   ValueId rotate(ValueId x, ValueId rotated, ValueId cos, ValueId sin, int64_t heads, int64_t rows);
   // Scores [..., n] scaled, masked where `keep` is false, softmax in f32, back in the model dtype.

@@ -47,6 +47,9 @@ std::string value_cache_name(int64_t layer) {
 std::string qkv_weight_name(int64_t layer) {
   return str_cat("grove.llm.layers.", layer, ".qkv_proj.weight");
 }
+std::string qkv_bias_name(int64_t layer) {
+  return str_cat("grove.llm.layers.", layer, ".qkv_proj.bias");
+}
 std::string gate_up_weight_name(int64_t layer) {
   return str_cat("grove.llm.layers.", layer, ".gate_up_proj.weight");
 }
@@ -64,6 +67,13 @@ std::vector<FusedWeightPart> fused_weight_parts(const DecoderConfig& config) {
     parts.push_back({qkv, prefix + "self_attn.k_proj.weight", q_rows, q_rows + kv_rows});
     parts.push_back(
         {qkv, prefix + "self_attn.v_proj.weight", q_rows + kv_rows, q_rows + 2 * kv_rows});
+    if (config.qkv_bias) {  // Note [LLaMA's family]
+      const std::string bias = qkv_bias_name(layer);
+      parts.push_back({bias, prefix + "self_attn.q_proj.bias", 0, q_rows, true});
+      parts.push_back({bias, prefix + "self_attn.k_proj.bias", q_rows, q_rows + kv_rows, true});
+      parts.push_back(
+          {bias, prefix + "self_attn.v_proj.bias", q_rows + kv_rows, q_rows + 2 * kv_rows, true});
+    }
     parts.push_back({gate_up, prefix + "mlp.gate_proj.weight", 0, inner});
     parts.push_back({gate_up, prefix + "mlp.up_proj.weight", inner, 2 * inner});
   }
@@ -81,8 +91,9 @@ std::vector<std::pair<std::string, runtime::Shape>> checkpoint_weights(
     }
   }
   for (const FusedWeightPart& part : fused_weight_parts(config)) {
-    weights.emplace_back(part.name,
-                         runtime::Shape{part.row_end - part.row_begin, config.hidden_size});
+    weights.emplace_back(
+        part.name, part.bias ? runtime::Shape{part.row_end - part.row_begin}
+                             : runtime::Shape{part.row_end - part.row_begin, config.hidden_size});
   }
   std::sort(weights.begin(), weights.end());
   return weights;

@@ -77,15 +77,19 @@ bool is_cache_name(const std::string& name);
 // views of them (same memory), so checkpoints load unchanged. Tests:
 // DecoderState.FusedProjectionsAreViewsOfTheCheckpointWeights
 // (tests/serving/llm/checkpoint_test.cc) and every decoder test against its reference.
+// Qwen2's q, k and v biases (Note [LLaMA's family]) are one [q; k; v] bias likewise.
 std::string qkv_weight_name(int64_t layer);      // "grove.llm.layers.N.qkv_proj.weight"
+std::string qkv_bias_name(int64_t layer);        // "grove.llm.layers.N.qkv_proj.bias"
 std::string gate_up_weight_name(int64_t layer);  // "grove.llm.layers.N.gate_up_proj.weight"
 
-// A checkpoint tensor that is rows [row_begin, row_end) of a fused weight.
+// A checkpoint tensor that is rows [row_begin, row_end) of a fused weight
+// (elements, of a fused bias).
 struct FusedWeightPart {
-  std::string fused;  // qkv_weight_name or gate_up_weight_name
+  std::string fused;  // qkv_weight_name, qkv_bias_name or gate_up_weight_name
   std::string name;   // the checkpoint's name, e.g. "model.layers.0.self_attn.k_proj.weight"
   int64_t row_begin = 0;
   int64_t row_end = 0;
+  bool bias = false;  // a 1-d part of qkv_bias_name
 };
 // Every such part of `config`'s fused weights (none for GPT-2).
 std::vector<FusedWeightPart> fused_weight_parts(const DecoderConfig& config);

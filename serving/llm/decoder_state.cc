@@ -10,7 +10,7 @@ namespace grove::serving::llm {
 DecoderState::DecoderState(const DecoderConfig& config, const CacheShape& cache,
                            runtime::Device device)
     : config_(config), cache_(cache), device_(device) {
-  // Note [Mistral is LLaMA within its window] (decoder_config.cc).
+  // Note [LLaMA's family] (decoder_config.cc).
   GROVE_CHECK(!config_.sliding_window || cache_.max_seq_len <= *config_.sliding_window,
               "the checkpoint's attention sees the last ", config_.sliding_window.value_or(0),
               " positions (sliding_window) and grove's attention sees all of them: a cache of ",

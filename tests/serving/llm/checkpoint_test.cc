@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -73,7 +74,7 @@ TEST(DecoderConfig, RefusesWhatItDoesNotImplementByName) {
     }
     return std::string("no error");
   };
-  EXPECT_NE(message(R"({"model_type": "qwen2"})").find("\"qwen2\""), std::string::npos);
+  EXPECT_NE(message(R"({"model_type": "gemma"})").find("\"gemma\""), std::string::npos);
   EXPECT_NE(message(R"({"model_type": "llama", "vocab_size": 10})").find("hidden_size"),
             std::string::npos);
   std::string scaled = kLlamaJson;
@@ -111,24 +112,59 @@ TEST(DecoderConfig, EosTokensAreAllKeptFromEitherFile) {
   std::filesystem::remove_all(dir);
 }
 
-// Note [Mistral is LLaMA within its window]
-TEST(DecoderConfig, MistralIsLlamaWithinItsWindow) {
-  std::string mistral = kLlamaJson;
-  mistral.replace(mistral.find("\"llama\""), 7, "\"mistral\"");
-  DecoderConfig unbounded = DecoderConfig::parse(mistral, "config.json");
-  EXPECT_EQ(unbounded.architecture, Architecture::kLlama);
-  EXPECT_FALSE(unbounded.sliding_window.has_value());
-  std::string windowed = mistral;
-  windowed.replace(windowed.find("\"rope_scaling\": null"), 20, "\"sliding_window\": 16");
-  DecoderConfig config = DecoderConfig::parse(windowed, "config.json");
-  EXPECT_EQ(config.sliding_window, 16);
-  EXPECT_NO_THROW(DecoderState(config, {.slots = 1, .max_seq_len = 16}, runtime::kSimDevice));
+// Note [LLaMA's family]
+TEST(DecoderConfig, TheFamilyIsReadFromConfigJson) {
+  auto as = [](const std::string& model_type, const std::string& extra) {
+    std::string json = kLlamaJson;
+    json.replace(json.find("\"llama\""), 7, "\"" + model_type + "\"");
+    json.replace(json.find("\"rope_scaling\": null"), 20, extra.empty() ? "\"x\": 0" : extra);
+    return DecoderConfig::parse(json, "config.json");
+  };
+  const DecoderConfig mistral = as("mistral", "");
+  EXPECT_EQ(mistral.architecture, Architecture::kLlama);
+  EXPECT_FALSE(mistral.sliding_window.has_value());
+  EXPECT_FALSE(mistral.qkv_bias || mistral.qk_norm);
+  const DecoderConfig windowed = as("mistral", "\"sliding_window\": 16");
+  EXPECT_EQ(windowed.sliding_window, 16);
+  EXPECT_NO_THROW(DecoderState(windowed, {.slots = 1, .max_seq_len = 16}, runtime::kSimDevice));
   try {
-    DecoderState(config, {.slots = 1, .max_seq_len = 17}, runtime::kSimDevice);
+    DecoderState(windowed, {.slots = 1, .max_seq_len = 17}, runtime::kSimDevice);
     ADD_FAILURE() << "no error";
   } catch (const Error& error) {
     EXPECT_NE(std::string(error.what()).find("sliding_window"), std::string::npos);
   }
+  // Qwen2: biases on q, k, v; its window only where use_sliding_window says so.
+  const DecoderConfig qwen2 =
+      as("qwen2", "\"sliding_window\": 8, \"use_sliding_window\": false, \"attention_bias\": true");
+  EXPECT_TRUE(qwen2.qkv_bias);
+  EXPECT_FALSE(qwen2.sliding_window.has_value());
+  EXPECT_EQ(as("qwen2", "\"sliding_window\": 8, \"use_sliding_window\": true").sliding_window, 8);
+  EXPECT_EQ(as("qwen2",
+               "\"sliding_window\": 8, \"layer_types\": [\"full_attention\", "
+               "\"sliding_attention\"]")
+                .sliding_window,
+            8);
+  EXPECT_THROW(as("qwen2", "\"layer_types\": [\"linear_attention\"]"), Error);
+  const DecoderConfig qwen3 = as("qwen3", "\"head_dim\": 16");
+  EXPECT_TRUE(qwen3.qk_norm);
+  EXPECT_FALSE(qwen3.qkv_bias);
+  EXPECT_EQ(qwen3.head_dim(), 16);
+  // Qwen3's attention_bias also biases o_proj, and nobody's MLP has a bias here.
+  EXPECT_THROW(as("qwen3", "\"attention_bias\": true"), Error);
+  EXPECT_THROW(as("llama", "\"attention_bias\": true"), Error);
+  EXPECT_THROW(as("qwen2", "\"mlp_bias\": true"), Error);
+  // The checkpoint names Qwen2's biases and Qwen3's norms.
+  std::vector<std::string> names;
+  for (const auto& [name, shape] : checkpoint_weights(qwen2)) names.push_back(name);
+  EXPECT_NE(std::find(names.begin(), names.end(), "model.layers.1.self_attn.k_proj.bias"),
+            names.end());
+  names.clear();
+  for (const auto& [name, shape] : checkpoint_weights(qwen3)) {
+    names.push_back(name);
+    if (name == "model.layers.0.self_attn.q_norm.weight") EXPECT_EQ(shape, runtime::Shape{16});
+  }
+  EXPECT_NE(std::find(names.begin(), names.end(), "model.layers.0.self_attn.q_norm.weight"),
+            names.end());
 }
 
 TEST(Checkpoint, LoadsConvertingF32IntoABf16Model) {

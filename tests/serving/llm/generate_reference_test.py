@@ -83,10 +83,21 @@ class GenerateMatchesReference(unittest.TestCase):
         self.check(ref.transformers5_llama_config(
             "float32", theta=10000.0, scaling={"rope_type": "linear", "factor": 4.0}), 2e-3, 4e-3)
 
-    # Note [Mistral is LLaMA within its window]: the window (32) holds the cache.
-    def test_mistral_within_its_window(self):
-        self.check(dict(ref.llama_config("float32"), model_type="mistral", sliding_window=32,
-                        architectures=["MistralForCausalLM"]), 2e-3, 4e-3)
+    # Note [LLaMA's family]: Mistral within its window (32 holds the cache),
+    # Qwen2's q, k and v biases, Qwen3's per-head norms (head_dim 16, so the
+    # heads are wider than hidden / heads), each in f32 and bf16.
+    def test_llamas_family(self):
+        family = {
+            "mistral": dict(ref.llama_config("float32"), model_type="mistral", sliding_window=32),
+            "qwen2": dict(ref.llama_config("float32"), model_type="qwen2", use_sliding_window=False,
+                          sliding_window=8, rope_theta=1e6),
+            "qwen3": dict(ref.llama_config("float32"), model_type="qwen3", head_dim=16,
+                          attention_bias=False),
+        }
+        for name, config in family.items():
+            for dtype, tolerance, margin in (("float32", 2e-3, 4e-3), ("bfloat16", 1.0, 0.5)):
+                with self.subTest(model=name, dtype=dtype):
+                    self.check(dict(config, torch_dtype=dtype), tolerance, margin)
 
     def test_batched_prompts_give_each_prompt_its_own_tokens(self):
         config = ref.llama_config("float32")

@@ -35,6 +35,7 @@ class GroveMatchesTransformers(unittest.TestCase):
     def hf_greedy(self, directory, config):
         dtype = ref.model_dtype(config)
         cls = {"llama": transformers.LlamaForCausalLM, "mistral": transformers.MistralForCausalLM,
+               "qwen2": transformers.Qwen2ForCausalLM, "qwen3": transformers.Qwen3ForCausalLM,
                "gpt2": transformers.GPT2LMHeadModel}[config["model_type"]]
         model = cls.from_pretrained(directory, torch_dtype=dtype).cuda().eval()
         ids = list(PROMPT)
@@ -116,25 +117,30 @@ class GroveMatchesTransformers(unittest.TestCase):
                 tokens, _ = self.grove_generate(directory)
                 self.assertEqual(tokens, free_run[:free_run.index(free_run[3]) + 1])
 
-    # Note [Mistral is LLaMA within its window]: transformers' own Mistral, its
-    # window longer than grove's cache (32 positions).
-    def test_mistral_saved_by_transformers(self):
-        with tempfile.TemporaryDirectory() as directory:
-            torch.manual_seed(SEED)
-            hf_config = transformers.MistralConfig(
-                hidden_size=64, intermediate_size=96, num_hidden_layers=2, num_attention_heads=4,
-                num_key_value_heads=2, vocab_size=97, max_position_embeddings=64,
-                sliding_window=48)
-            model = transformers.MistralForCausalLM(hf_config)
-            with torch.no_grad():
-                for name, p in model.named_parameters():
-                    p.copy_(1 + 0.1 * torch.randn_like(p) if "norm" in name
-                            else 0.5 * torch.randn_like(p))
-            model.save_pretrained(directory)
-            with open(os.path.join(directory, "config.json")) as f:
-                config = json.load(f)
-            self.assertEqual(config["model_type"], "mistral")
-            self.compare(directory, config, 2e-2, 4e-2)
+    # Note [LLaMA's family]: transformers' own Mistral (its window longer than
+    # grove's cache of 32 positions), Qwen2 (q, k, v biases) and Qwen3 (per-head
+    # norms, head_dim 32 against hidden 64 / 4 heads), saved by transformers.
+    def test_llamas_family_saved_by_transformers(self):
+        sizes = dict(hidden_size=64, intermediate_size=96, num_hidden_layers=2,
+                     num_attention_heads=4, num_key_value_heads=2, vocab_size=97,
+                     max_position_embeddings=64)
+        family = [("mistral", "MistralConfig", "MistralForCausalLM", dict(sliding_window=48)),
+                  ("qwen2", "Qwen2Config", "Qwen2ForCausalLM", dict(rope_theta=1e6)),
+                  ("qwen3", "Qwen3Config", "Qwen3ForCausalLM", dict(head_dim=32))]
+        for name, config_class, model_class, extra in family:
+            with self.subTest(model=name), tempfile.TemporaryDirectory() as directory:
+                torch.manual_seed(SEED)
+                hf_config = getattr(transformers, config_class)(**sizes, **extra)
+                model = getattr(transformers, model_class)(hf_config)
+                with torch.no_grad():
+                    for param_name, p in model.named_parameters():
+                        p.copy_(1 + 0.1 * torch.randn_like(p) if "norm" in param_name
+                                else 0.5 * torch.randn_like(p))
+                model.save_pretrained(directory)
+                with open(os.path.join(directory, "config.json")) as f:
+                    config = json.load(f)
+                self.assertEqual(config["model_type"], name)
+                self.compare(directory, config, 2e-2, 4e-2)
 
     def test_llama_f32(self):
         self.check(ref.llama_config("float32"), 2e-2, 4e-2)

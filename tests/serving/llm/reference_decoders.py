@@ -114,18 +114,26 @@ class LlamaAttention(nn.Module):
     def __init__(self, c):
         super().__init__()
         self.heads, self.kv_heads = c["num_attention_heads"], c["num_key_value_heads"]
-        self.d = c["hidden_size"] // self.heads
+        self.d = c.get("head_dim") or c["hidden_size"] // self.heads
         h = c["hidden_size"]
-        self.q_proj = nn.Linear(h, self.heads * self.d, bias=False)
-        self.k_proj = nn.Linear(h, self.kv_heads * self.d, bias=False)
-        self.v_proj = nn.Linear(h, self.kv_heads * self.d, bias=False)
+        # Qwen2: biases on q, k and v; Qwen3: an RMSNorm of each query and key head.
+        bias = c["model_type"] == "qwen2"
+        self.q_proj = nn.Linear(h, self.heads * self.d, bias=bias)
+        self.k_proj = nn.Linear(h, self.kv_heads * self.d, bias=bias)
+        self.v_proj = nn.Linear(h, self.kv_heads * self.d, bias=bias)
         self.o_proj = nn.Linear(self.heads * self.d, h, bias=False)
+        if c["model_type"] == "qwen3":
+            self.q_norm = RMSNorm(self.d, c["rms_norm_eps"])
+            self.k_norm = RMSNorm(self.d, c["rms_norm_eps"])
         self.inv_freq = inverse_frequencies(c, self.d)
 
     def forward(self, x):
         n = x.shape[0]
-        q = self.q_proj(x).view(n, self.heads, self.d).transpose(0, 1)
-        k = self.k_proj(x).view(n, self.kv_heads, self.d).transpose(0, 1)
+        q = self.q_proj(x).view(n, self.heads, self.d)
+        k = self.k_proj(x).view(n, self.kv_heads, self.d)
+        if hasattr(self, "q_norm"):
+            q, k = self.q_norm(q), self.k_norm(k)
+        q, k = q.transpose(0, 1), k.transpose(0, 1)
         v = self.v_proj(x).view(n, self.kv_heads, self.d).transpose(0, 1)
         freqs = torch.outer(torch.arange(n).float(), self.inv_freq)
         emb = torch.cat((freqs, freqs), dim=-1)
@@ -275,7 +283,7 @@ def make_model(config, seed):
     """The reference module of `config` with seeded random weights (norms near 1)."""
     torch.manual_seed(seed)
     model = (GPT2LMHeadModel(config) if config["model_type"] == "gpt2"
-             else LlamaForCausalLM(config))  # llama, and mistral within its window
+             else LlamaForCausalLM(config))  # Note [LLaMA's family]
     with torch.no_grad():
         for name, p in model.named_parameters():
             if "norm" in name or "ln_" in name:
