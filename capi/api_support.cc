@@ -40,6 +40,9 @@ struct DlpackContext {
 };
 
 void delete_dlpack(DLManagedTensor* managed) {
+  // Releasing the tensor may free device memory (Note [The caller's current
+  // device stays as it was]): PyTorch runs this from any of its frames.
+  grove::runtime::CallerDeviceGuard caller_device;
   delete static_cast<DlpackContext*>(managed->manager_ctx);
 }
 

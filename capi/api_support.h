@@ -15,6 +15,7 @@
 #include "capi/grove.h"
 #include "capi/output_keys.h"
 #include "compiler/backends/compile.h"
+#include "runtime/device_context.h"
 #include "runtime/error.h"
 #include "runtime/tensor.h"
 
@@ -64,8 +65,11 @@ grove_status status_of_current_exception(const char* function);
 // error's class) and the thread's last-error message, so a C or ctypes
 // caller never unwinds through C++ frames. Guarded by
 // CApi.EveryFailingCallSetsAStatusAndAMessage (tests/capi/capi_test.cc).
+// It also puts back the caller's current CUDA device (Note [The caller's
+// current device stays as it was], runtime/device_context.h).
 template <typename Body>
 grove_status run_api(const char* function, Body&& body) noexcept {
+  grove::runtime::CallerDeviceGuard caller_device;
   try {
     body();
     return GROVE_OK;

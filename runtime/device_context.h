@@ -63,6 +63,28 @@ int cuda_device_count();
 // cuda:0 when a CUDA device exists, sim:0 otherwise.
 Device default_device();
 
+// Note [The caller's current device stays as it was]
+// grove makes a model's GPU the calling thread's current CUDA device before it
+// allocates, captures or launches there (CudaPlatform::use_device), and left
+// it so: a model on cuda:1 called from a thread whose current device was
+// cuda:0 moved that thread to cuda:1, so PyTorch's next torch.empty(...,
+// device="cuda") and torch.cuda.current_device() silently named another GPU.
+// Every entry point of the C API (capi's run_api) and the deleters of the
+// tensors it hands out hold a CallerDeviceGuard, which puts back the device
+// current at entry where grove changed it: two cudaGetDevice calls a call, none
+// where the process has no CUDA device. Tests: GpuMultiDeviceTest
+// (tests/python/gpu_multi_device_test.py, on two GPUs).
+class CallerDeviceGuard {
+ public:
+  CallerDeviceGuard();
+  ~CallerDeviceGuard();
+  CallerDeviceGuard(const CallerDeviceGuard&) = delete;
+  CallerDeviceGuard& operator=(const CallerDeviceGuard&) = delete;
+
+ private:
+  int device_ = -1;  // -1: nothing to put back
+};
+
 // Sets the current stream of a device for the calling thread within a scope.
 class StreamGuard {
  public:

@@ -3,6 +3,7 @@
 #include "runtime/collectives/communicator.h"
 #include "runtime/cuda/cuda_platform.h"
 #include "runtime/cuda/nccl_communicator.h"
+#include "runtime/device_context.h"
 #include "runtime/error.h"
 #include "runtime/sim/sim_platform.h"
 
@@ -28,6 +29,15 @@ std::unique_ptr<Platform> make_platform(Device device) {
 
 collectives::CollectiveLibrary* platform_collective_library(Device device) {
   return device.is_cuda() ? &collectives::nccl_collective_library() : nullptr;
+}
+
+// Note [The caller's current device stays as it was] (device_context.h).
+CallerDeviceGuard::CallerDeviceGuard() {
+  if (cuda_device_count() > 0) device_ = cuda_current_device();
+}
+
+CallerDeviceGuard::~CallerDeviceGuard() {
+  if (device_ >= 0 && cuda_current_device() != device_) cuda_make_current(device_);
 }
 
 }  // namespace grove::runtime

@@ -54,6 +54,19 @@ int cuda_device_count() { return device_count_once().count; }
 
 std::string cuda_unavailable_reason() { return device_count_once().reason; }
 
+int cuda_current_device() noexcept {
+  int device = -1;
+  if (cudaGetDevice(&device) != cudaSuccess) {
+    cudaGetLastError();
+    return -1;
+  }
+  return device;
+}
+
+void cuda_make_current(int index) noexcept {
+  if (cudaSetDevice(index) != cudaSuccess) cudaGetLastError();
+}
+
 std::unique_ptr<Platform> make_cuda_platform(int index) {
   int count = cuda_device_count();
   GROVE_CHECK_AS(
