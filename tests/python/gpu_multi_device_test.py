@@ -101,13 +101,13 @@ class GpuMultiDeviceTest(unittest.TestCase):
         import grove
 
         program = {"name": "scale", "inputs": [{"name": "x", "shape": [4], "dtype": "f32"}],
-                   "params": [], "nodes": [{"op": "mul", "inputs": ["x", "x"], "output": "y"}],
+                   "params": [], "nodes": [{"name": "y", "op": "mul", "inputs": ["x", "x"]}],
                    "outputs": ["y"]}
         for backend in ("eager", "cudagraphs"):
             model = grove.Model(program, backend=backend, device="cuda:1")
             x = torch.arange(4.0, device="cuda:1")
             for _ in range(3):
-                out = model(x)
+                (out,) = model(x)
                 self.assert_current(0, "grove.Model (%s)" % backend)
             torch.testing.assert_close(out, x * x)
             del out, model
