@@ -418,6 +418,9 @@ grove_status grove_compile(const char* program_json, const char* options_json,
 // (tests/capi/capi_threads_test.cc).
 void grove_model_destroy(grove_model* model) {
   if (model == nullptr) return;
+  // Note [The caller's current device stays as it was]: freeing its memory
+  // and graphs works on the model's device.
+  grove::runtime::CallerDeviceGuard caller_device;
   model->closing.store(true);
   for (int64_t calls = model->calls_in_flight.load(); calls != 0;
        calls = model->calls_in_flight.load()) {

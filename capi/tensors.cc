@@ -17,6 +17,8 @@ const char* grove_last_error(void) { return grove::capi::last_error().c_str(); }
 void grove_string_free(char* text) { std::free(text); }
 
 void grove_tensor_destroy(grove_tensor* tensor) {
+  grove::runtime::CallerDeviceGuard
+      caller_device;  // Note [The caller's current device stays as it was]
   try {
     delete tensor;
   } catch (...) {

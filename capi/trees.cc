@@ -51,7 +51,11 @@ grove_status grove_trees_exit(void) {
   });
 }
 
-void grove_trees_destroy(grove_trees* trees) { delete trees; }
+void grove_trees_destroy(grove_trees* trees) {
+  grove::runtime::CallerDeviceGuard
+      caller_device;  // Note [The caller's current device stays as it was]
+  delete trees;
+}
 
 grove_status grove_invocation_begin(uint64_t key) {
   return run_api("grove_invocation_begin",

@@ -26,6 +26,7 @@ std::vector<FlagSpec> with_decoder_flags(std::vector<FlagSpec> flags) {
           {"--max-seq-len", "T", "cache positions per request (default min(model, 256))"},
           {"--batch-buckets", "SIZES", "decode batch buckets; the largest is the slots (1,2,4,8)"},
           {"--prompt-buckets", "SIZES", "prompt-length buckets (default powers of two from 8)"},
+          {"--dtype", "NAME", "float32 or bfloat16 (default: the checkpoint's config.json)"},
       });
   return flags;
 }
@@ -37,6 +38,16 @@ serving::llm::DecoderOptions parse_decoder_options(const ParsedFlags& parsed) {
   options.max_seq_len = parsed.integer("--max-seq-len", 0, 1, 1 << 20);
   if (parsed.has("--batch-buckets")) options.batch_buckets = sizes(parsed, "--batch-buckets");
   if (parsed.has("--prompt-buckets")) options.prompt_buckets = sizes(parsed, "--prompt-buckets");
+  if (parsed.has("--dtype")) {
+    const std::string dtype = parsed.value("--dtype");
+    if (dtype == "float32") {
+      options.dtype = runtime::DType::kF32;
+    } else if (dtype == "bfloat16") {
+      options.dtype = runtime::DType::kBF16;
+    } else {
+      throw UsageError(str_cat("--dtype must be float32 or bfloat16, not '", dtype, "'"));
+    }
+  }
   return options;
 }
 

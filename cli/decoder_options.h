@@ -14,8 +14,8 @@ namespace grove::cli {
 
 // `flags` followed by the decoder's flags, for a command's table.
 std::vector<FlagSpec> with_decoder_flags(std::vector<FlagSpec> flags);
-// DecoderOptions from --device, --backend, --max-seq-len, --batch-buckets and
-// --prompt-buckets; UsageError naming a malformed one.
+// DecoderOptions from --device, --backend, --max-seq-len, --batch-buckets,
+// --prompt-buckets and --dtype; UsageError naming a malformed one.
 serving::llm::DecoderOptions parse_decoder_options(const ParsedFlags& parsed);
 // --tokenizer, else MODEL_DIR/tokenizer.model when it exists.
 std::optional<std::string> tokenizer_path(const ParsedFlags& parsed, const std::string& model_dir);

@@ -69,8 +69,8 @@ Device default_device();
 // it so: a model on cuda:1 called from a thread whose current device was
 // cuda:0 moved that thread to cuda:1, so PyTorch's next torch.empty(...,
 // device="cuda") and torch.cuda.current_device() silently named another GPU.
-// Every entry point of the C API (capi's run_api) and the deleters of the
-// tensors it hands out hold a CallerDeviceGuard, which puts back the device
+// Every entry point of the C API (capi's run_api, and the destroy functions)
+// and the deleters of the tensors it hands out hold a CallerDeviceGuard, which puts back the device
 // current at entry where grove changed it: two cudaGetDevice calls a call, none
 // where the process has no CUDA device. Tests: GpuMultiDeviceTest
 // (tests/python/gpu_multi_device_test.py, on two GPUs).

@@ -60,7 +60,8 @@ Decoder::Decoder(const DecoderConfig& config, DecoderOptions options)
 }
 
 std::unique_ptr<Decoder> Decoder::load(const std::string& model_dir, DecoderOptions options) {
-  auto decoder = std::make_unique<Decoder>(DecoderConfig::load(model_dir), std::move(options));
+  auto decoder =
+      std::make_unique<Decoder>(DecoderConfig::load(model_dir, options.dtype), std::move(options));
   load_checkpoint(decoder->state(), open_checkpoint_files(model_dir));
   return decoder;
 }

@@ -54,6 +54,10 @@ struct DecoderOptions {
   // Note [Small-M GEMM selection]); empty: GROVE_SMALL_M_GEMM decides.
   std::string prefill_small_m_gemm;
   std::string decode_small_m_gemm;
+  // Decoder::load: the dtype to run in, whatever config.json says (a float16
+  // checkpoint, which grove cannot run as float16, in float32 or bfloat16);
+  // unset: the checkpoint's own.
+  std::optional<runtime::DType> dtype;
 };
 
 // One row of a decode step: feed `token` at `position` of `slot`'s sequence.

@@ -51,7 +51,8 @@ runtime::DType parse_torch_dtype(const json& config, const std::string& what) {
   if (name == "float32") return runtime::DType::kF32;
   if (name == "bfloat16") return runtime::DType::kBF16;
   throw Error(str_cat(what, ": ", key, " \"", name,
-                      "\" is not supported; grove runs decoders in float32 or bfloat16"));
+                      "\" is not supported; grove runs decoders in float32 or bfloat16 (--dtype "
+                      "float32 or bfloat16 runs this checkpoint converted)"));
 }
 
 // Note [Every EOS token stops a row]
@@ -230,9 +231,17 @@ DecoderConfig DecoderConfig::parse(const std::string& json_text, const std::stri
   return result;
 }
 
-DecoderConfig DecoderConfig::load(const std::string& model_dir) {
+DecoderConfig DecoderConfig::load(const std::string& model_dir,
+                                  std::optional<runtime::DType> dtype) {
   const std::string path = model_dir + "/config.json";
-  DecoderConfig config = parse(read_json(path).dump(), path);
+  json text = read_json(path);
+  if (dtype && text.is_object()) {  // the caller's dtype replaces the checkpoint's
+    GROVE_CHECK(*dtype == runtime::DType::kF32 || *dtype == runtime::DType::kBF16,
+                "grove runs decoders in float32 or bfloat16");
+    text.erase("torch_dtype");
+    text["dtype"] = *dtype == runtime::DType::kF32 ? "float32" : "bfloat16";
+  }
+  DecoderConfig config = parse(text.dump(), path);
   // Note [Every EOS token stops a row]: generate's own source of them.
   const std::string generation_path = model_dir + "/generation_config.json";
   if (std::ifstream(generation_path).good()) {

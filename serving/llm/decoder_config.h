@@ -60,8 +60,11 @@ struct DecoderConfig {
   // GPT-2's gelu_new, a dtype other than float32/bfloat16).
   static DecoderConfig parse(const std::string& json_text, const std::string& what);
   // parse() of MODEL_DIR/config.json; the EOS tokens of
-  // MODEL_DIR/generation_config.json where it exists and names them.
-  static DecoderConfig load(const std::string& model_dir);
+  // MODEL_DIR/generation_config.json where it exists and names them. With
+  // `dtype`, the model runs in it whatever config.json's dtype is (a float16
+  // checkpoint in float32 or bfloat16; its weights are converted on load).
+  static DecoderConfig load(const std::string& model_dir,
+                            std::optional<runtime::DType> dtype = std::nullopt);
   // Throws grove::Error when the numbers do not fit together (heads divide
   // hidden, kv heads divide heads, positive sizes).
   void verify() const;

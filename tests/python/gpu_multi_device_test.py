@@ -35,6 +35,8 @@ class GpuMultiDeviceTest(unittest.TestCase):
         torch.backends.cuda.matmul.allow_tf32 = False
 
     def setUp(self):
+        import grove.torch  # noqa: F401 (registers backend="grove")
+
         torch.cuda.set_device(0)
 
     def assert_current(self, index, what):

@@ -2,6 +2,7 @@
 names and layouts, random weights, checkpoints written by grove_weights):
 logits of every step and greedy tokens, f32 and bf16, through the recorded
 prefill and decode graphs of the cudagraphs backend and through eager."""
+import copy
 import os
 import subprocess
 import tempfile
@@ -36,14 +37,20 @@ def run_grove(directory, backend, extra=()):
 
 
 class GenerateMatchesReference(unittest.TestCase):
-    def check(self, config, tolerance, tie_margin, shards=1):
-        model = ref.make_model(config, SEED)
+    def check(self, config, tolerance, tie_margin, shards=1, model=None, write=None,
+              extra=()):
+        """grove generate against the reference `model` (default: config's, seeded);
+        write(model, directory) writes the checkpoint where given."""
+        model = model if model is not None else ref.make_model(config, SEED)
         expected_tokens, expected_logits = ref.greedy(model, PROMPT, STEPS)
         expected_logits = expected_logits.float().numpy()
         with tempfile.TemporaryDirectory() as directory:
-            ref.write_checkpoint(model, config, directory, shards=shards)
+            if write is None:
+                ref.write_checkpoint(model, config, directory, shards=shards)
+            else:
+                write(model, directory)
             for backend in ("cudagraphs", "eager"):
-                tokens, logits = run_grove(directory, backend)
+                tokens, logits = run_grove(directory, backend, extra)
                 self.assertEqual(logits.shape, expected_logits.shape)
                 for step in range(STEPS):
                     worst = float(np.abs(logits[step] - expected_logits[step]).max())
@@ -54,6 +61,26 @@ class GenerateMatchesReference(unittest.TestCase):
                         break  # a near tie: later tokens may legitimately differ
                     self.assertEqual(tokens[step], expected_tokens[step], "%s %s step %d" % (
                         config["model_type"], backend, step))
+
+    # A float16 checkpoint (LLaMA 2's) is refused naming --dtype, and runs
+    # converted with --dtype float32: the reference holds the same f16 values.
+    def test_a_float16_checkpoint_runs_converted_under_dtype(self):
+        config = ref.llama_config("float32")
+        model = ref.make_model(config, SEED)
+        with torch.no_grad():
+            for p in model.parameters():
+                p.copy_(p.half().float())
+
+        def write(model, directory):
+            ref.write_checkpoint(copy.deepcopy(model).half(), dict(config, torch_dtype="float16"),
+                                 directory)
+            out = subprocess.run([GROVE, "generate", directory, "--device", "sim", "--prompt-ids",
+                                  "1,2", "--max-tokens", "2"], capture_output=True, text=True,
+                                 timeout=120)
+            self.assertNotEqual(out.returncode, 0)
+            self.assertIn("--dtype", out.stderr)
+
+        self.check(config, 2e-3, 4e-3, model=model, write=write, extra=("--dtype", "float32"))
 
     def test_llama_f32(self):
         self.check(ref.llama_config("float32"), 2e-3, 4e-3)

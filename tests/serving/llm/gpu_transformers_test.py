@@ -94,7 +94,7 @@ class GroveMatchesTransformers(unittest.TestCase):
                 hf_config = transformers.LlamaConfig(
                     hidden_size=64, intermediate_size=96, num_hidden_layers=2,
                     num_attention_heads=4, num_key_value_heads=2, vocab_size=97,
-                    max_position_embeddings=64, rope_parameters=rope, bos_token_id=1,
+                    max_position_embeddings=512, rope_parameters=rope, bos_token_id=1,
                     eos_token_id=[95, 96])
                 model = transformers.LlamaForCausalLM(hf_config)
                 with torch.no_grad():
