@@ -151,8 +151,12 @@ DecoderConfig parse_llama(const json& config, const std::string& model_type,
   result.num_layers = required_int(config, "num_hidden_layers", what);
   result.num_heads = required_int(config, "num_attention_heads", what);
   result.num_kv_heads = optional_int(config, "num_key_value_heads", result.num_heads, what);
-  result.head_dimension = optional_int(
-      config, "head_dim", result.num_heads > 0 ? result.hidden_size / result.num_heads : 0, what);
+  // Where config.json leaves head_dim out, transformers' own default: 128 for
+  // Qwen3 (its config class's), hidden / heads for the others.
+  const int64_t default_head_dim = model_type == "qwen3"  ? 128
+                                   : result.num_heads > 0 ? result.hidden_size / result.num_heads
+                                                          : 0;
+  result.head_dimension = optional_int(config, "head_dim", default_head_dim, what);
   result.intermediate_size = required_int(config, "intermediate_size", what);
   result.max_position_embeddings = optional_int(config, "max_position_embeddings", 2048, what);
   result.norm_eps = optional_number(config, "rms_norm_eps", 1e-6, what);

@@ -149,6 +149,7 @@ TEST(DecoderConfig, TheFamilyIsReadFromConfigJson) {
   EXPECT_TRUE(qwen3.qk_norm);
   EXPECT_FALSE(qwen3.qkv_bias);
   EXPECT_EQ(qwen3.head_dim(), 16);
+  EXPECT_EQ(as("qwen3", "").head_dim(), 128);  // Qwen3Config's default where the file has none
   // Qwen3's attention_bias also biases o_proj, and nobody's MLP has a bias here.
   EXPECT_THROW(as("qwen3", "\"attention_bias\": true"), Error);
   EXPECT_THROW(as("llama", "\"attention_bias\": true"), Error);
