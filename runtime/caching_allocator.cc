@@ -230,11 +230,14 @@ CachingAllocator::Block* CachingAllocator::new_segment_locked(Pool& pool, size_t
     try_allocate();
   }
   if (base == nullptr) {
+    // Note [Out of memory is PyTorch's out of memory] (python/grove/_capi.py):
+    // the words PyTorch's own message begins with, on a cuda device.
     throw OutOfMemoryError(
-        str_cat("out of memory on ", platform_.device().str(), ": could not ",
-                "reserve a segment of ", segment_size, " bytes for a request of ", size,
-                " bytes in pool ", pool.id.value, " (", pool.allocated_bytes,
-                " bytes allocated in that pool)", injected ? " [injected failure]" : "",
+        str_cat(platform_.device().is_cuda() ? "CUDA out of memory. " : "", "out of memory on ",
+                platform_.device().str(), ": could not ", "reserve a segment of ", segment_size,
+                " bytes for a request of ", size, " bytes in pool ", pool.id.value, " (",
+                pool.allocated_bytes, " bytes allocated in that pool)",
+                injected ? " [injected failure]" : "",
                 device_message.empty() ? "" : " (" + device_message + ")",
                 "; free tensors you no longer need or call empty_cache()"));
   }

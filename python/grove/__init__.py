@@ -17,7 +17,7 @@ for the C API), gradients (Note [Gradients handed out of the pool]), trees
 threads]), _capi (the C API), dtypes (the one dtype table).
 """
 
-from grove._capi import GroveError, StaleOutputError
+from grove._capi import GroveError, OutOfMemoryError, StaleOutputError
 from grove._descs import describe  # noqa: F401 (re-exported)
 from grove.gradients import (  # noqa: F401
     hand_out_gradient,
@@ -29,5 +29,5 @@ from grove.outputs import Output, check_not_overwritten
 from grove.trees import ThreadTrees, invocation, thread_trees
 from grove.version import __version__  # noqa: F401 (the wheel's version)
 
-__all__ = ["compile", "Model", "GroveError", "StaleOutputError", "Output",
+__all__ = ["compile", "Model", "GroveError", "OutOfMemoryError", "StaleOutputError", "Output",
            "check_not_overwritten", "ThreadTrees", "thread_trees", "invocation"]

@@ -7,6 +7,7 @@ the header's layout exactly; the header only ever appends fields.
 
 import ctypes
 import os
+import sys
 
 from grove import dtypes
 
@@ -65,6 +66,40 @@ class GroveError(RuntimeError):
 
 class StaleOutputError(GroveError):
     """An output a later replay overwrote, or whose step ended."""
+
+
+# Note [Out of memory is PyTorch's out of memory]
+# A grove call that cannot get device memory raised a plain GroveError, so the
+# code PyTorch users write around that failure did not see it: `except
+# torch.cuda.OutOfMemoryError` (a smaller batch, a cache emptied) and the batch
+# size finders of accelerate and Lightning, which look for that class or for
+# "CUDA out of memory." in the message, let the error end the run. It is now
+# OutOfMemoryError, which where PyTorch is loaded is also PyTorch's
+# OutOfMemoryError, and a cuda device's message begins "CUDA out of memory."
+# (caching_allocator.cc). The call fails whole and the model stays usable: a
+# smaller call after it runs, and the failed call fails the same way again.
+# Tests: OutOfMemoryTest (tests/python/out_of_memory_test.py, sim with
+# GROVE_SIM_MEMORY_BYTES).
+class OutOfMemoryError(GroveError):
+    """Device memory ran out during a grove call (grove_status 7)."""
+
+
+_OUT_OF_MEMORY = {}
+
+
+def _out_of_memory_class():
+    """OutOfMemoryError, joined with PyTorch's own where PyTorch is loaded."""
+    torch = sys.modules.get("torch")
+    base = None
+    if torch is not None:
+        base = (getattr(torch, "OutOfMemoryError", None)
+                or getattr(getattr(torch, "cuda", None), "OutOfMemoryError", None))
+    if base is None:
+        return OutOfMemoryError
+    if base not in _OUT_OF_MEMORY:
+        _OUT_OF_MEMORY[base] = type("OutOfMemoryError", (OutOfMemoryError, base),
+                                    {"__module__": __name__, "__doc__": OutOfMemoryError.__doc__})
+    return _OUT_OF_MEMORY[base]
 
 
 def _candidates():
@@ -221,5 +256,6 @@ def check(status):
     """Raises GroveError (StaleOutputError for stale data) unless status is OK."""
     if status != OK:
         message = library().grove_last_error().decode("utf-8", "replace")
-        kind = StaleOutputError if status == 5 else GroveError
+        kind = (StaleOutputError if status == 5
+                else _out_of_memory_class() if status == 7 else GroveError)
         raise kind(status, message)
