@@ -190,16 +190,19 @@ TEST_P(DecodeLoopTest, StepsPerIterationGiveTheSameTokens) {
   EXPECT_THROW((void)DecodeLoop(*decoder, {.bucket = 4, .steps_per_iteration = 0}), Error);
 }
 
-TEST_P(DecodeLoopTest, StopsARowAtEosOnTheDeviceWhileOthersRun) {
-  auto decoder = tiny_decoder();
-  std::vector<int64_t> free_run;
-  {
-    Generator generator(*decoder);
-    free_run = generator.generate(generation_request({3, 1, 4, 1, 5}, 8));
-  }
-  // An EOS the free run meets after its first (prefill) token.
+// The tokens prompt {3, 1, 4, 1, 5} generates freely (8), and the index of a
+// token the run meets after its first (prefill) token, to stop it with.
+std::pair<std::vector<int64_t>, size_t> free_run_and_eos(Decoder& decoder) {
+  Generator generator(decoder);
+  std::vector<int64_t> free_run = generator.generate(generation_request({3, 1, 4, 1, 5}, 8));
   size_t eos_index = 2;
   while (eos_index + 1 < free_run.size() && free_run[eos_index] == free_run[0]) ++eos_index;
+  return {free_run, eos_index};
+}
+
+TEST_P(DecodeLoopTest, StopsARowAtEosOnTheDeviceWhileOthersRun) {
+  auto decoder = tiny_decoder();
+  const auto [free_run, eos_index] = free_run_and_eos(*decoder);
   ASSERT_NE(free_run[eos_index], free_run[0]) << "weights seed " << kWeightsSeed;
   GenerationRequest stopping = generation_request({3, 1, 4, 1, 5}, 8);
   stopping.eos_token_ids = {free_run[eos_index]};
@@ -219,13 +222,7 @@ TEST_P(DecodeLoopTest, StopsARowAtEosOnTheDeviceWhileOthersRun) {
 // free run meets only the second, and the row stops there in both modes.
 TEST_P(DecodeLoopTest, AnyOfSeveralEosTokensStopsTheRow) {
   auto decoder = tiny_decoder();
-  std::vector<int64_t> free_run;
-  {
-    Generator generator(*decoder);
-    free_run = generator.generate(generation_request({3, 1, 4, 1, 5}, 8));
-  }
-  size_t eos_index = 2;
-  while (eos_index + 1 < free_run.size() && free_run[eos_index] == free_run[0]) ++eos_index;
+  const auto [free_run, eos_index] = free_run_and_eos(*decoder);
   ASSERT_NE(free_run[eos_index], free_run[0]) << "weights seed " << kWeightsSeed;
   std::vector<int64_t> unseen;  // tokens the free run never makes
   for (int64_t token = 0; unseen.size() < 2; ++token) {
