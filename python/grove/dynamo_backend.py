@@ -323,10 +323,11 @@ def compile_graph(gm, example_inputs, mode="cudagraphs", strict=False, device=No
 
 
 def _compile_graph(gm, example_inputs, from_dynamo, mode="cudagraphs", strict=False, device=None,
-                   verify=None, reuse_state=False):
+                   verify=None, reuse_state=False, defer_out_of_memory=True):
     """compile_graph's work; from_dynamo: the graph is dynamo's, called from
     its compiled frames (Note [Dynamo's generation names an invocation only
-    for dynamo's calls])."""
+    for dynamo's calls]). defer_out_of_memory: Note [Out of memory while
+    compiling waits for the first call]."""
     if mode not in _MODES:
         raise ValueError("grove: option mode=%r; use 'cudagraphs' or 'eager'" % (mode,))
     if not all(isinstance(value, torch.Tensor) for value in example_inputs) or \
@@ -371,6 +372,13 @@ def _compile_graph(gm, example_inputs, from_dynamo, mode="cudagraphs", strict=Fa
 
     try:
         runner = build(list(example_inputs))
+    except _out_of_memory_errors() as error:
+        # Note [Out of memory while compiling waits for the first call]
+        if not from_dynamo or not defer_out_of_memory:
+            raise
+        log.warning("grove: out of memory while compiling a graph (%s); it compiles at its first "
+                    "call instead", str(error).splitlines()[0][:200])
+        return PerShapeGraph(gm, mode, strict, device, verify, reuse_state, from_dynamo)
     except importer.StorageOutsideOperandError as error:
         if not from_dynamo or strict:
             raise
@@ -876,7 +884,7 @@ class PerShapeGraph:
 
             log.info("compiling a graph for input shapes %s", [tuple(t.shape) for t in tensors])
             compiled = (positions, _compile_graph(specialized, tensors, self.from_dynamo,
-                                                         **self.options))
+                                                  defer_out_of_memory=False, **self.options))
             self.compiled[key] = compiled
             if len(self.compiled) == SHAPES_WARNED_AT:
                 # Note [Many shapes compile many graphs]
@@ -903,6 +911,28 @@ def _getter(positions):
         position = positions[0]
         return lambda args: (args[position],)
     return operator.itemgetter(*positions)
+
+
+# Note [Out of memory while compiling waits for the first call]
+# grove compiles a dynamo graph by tracing it on the example inputs dynamo
+# hands its backend, real tensors: a graph whose activations do not fit ran
+# out of memory inside dynamo's compile step, which reports any backend
+# error as BackendCompilerFailed, so `except torch.cuda.OutOfMemoryError`
+# (Note [Out of memory is PyTorch's out of memory], _capi.py) did not see it
+# and every later call compiled and failed again the same way (call F of
+# session 33, H200: a 1 GiB activation with 512 MiB free). Now an out of
+# memory while compiling (PyTorch's or grove's) gives dynamo a graph that
+# compiles at its first call (PerShapeGraph, which compiles per shape on
+# use): that call raises PyTorch's OutOfMemoryError itself, as eager would,
+# and a later call, once memory is free, compiles and runs. Strict mode is
+# no exception: the error is the same one, raised a call later. Test:
+# DynamoBackendTest.test_out_of_memory_while_compiling_waits_for_the_first_call
+# (tests/python/importer_test.py); on an H200, session 33 call G.
+def _out_of_memory_errors():
+    """The exception classes of running out of memory: PyTorch's and grove's."""
+    torch_class = (getattr(torch, "OutOfMemoryError", None)
+                   or getattr(torch.cuda, "OutOfMemoryError", None))
+    return (_capi.OutOfMemoryError,) + ((torch_class,) if torch_class is not None else ())
 
 
 def grove_backend(gm, example_inputs, options=None, **kwargs):

@@ -931,6 +931,45 @@ class DynamoBackendTest(unittest.TestCase):
         with self.assertRaisesRegex(RuntimeError, "_local_scalar_dense|value out of"):
             grove.torch.compile_graph(function, [x, length])  # not dynamo's: the error stands
 
+    def test_out_of_memory_while_compiling_waits_for_the_first_call(self):
+        # Note [Out of memory while compiling waits for the first call]
+        # (grove/dynamo_backend.py): the trace runs out of memory at dynamo's
+        # compile and at the first call; the first call raises PyTorch's
+        # OutOfMemoryError itself and the second compiles and runs.
+        from unittest import mock
+
+        from grove import dynamo_backend, input_writes
+
+        torch_oom = getattr(torch, "OutOfMemoryError", None) or torch.cuda.OutOfMemoryError
+
+        def function(x, w):
+            return torch.relu(x @ w) + 1
+
+        x, w = torch.randn(3, 4), torch.randn(4, 5)
+        real = input_writes.aten_graph
+        failures = [2]
+
+        def short_of_memory(*args, **kwargs):
+            if failures[0] > 0:
+                failures[0] -= 1
+                raise torch_oom("CUDA out of memory. Tried to allocate 1024.00 MiB")
+            return real(*args, **kwargs)
+
+        with mock.patch.object(input_writes, "aten_graph", short_of_memory):
+            with self.assertLogs("grove", level="WARNING") as logged:
+                compiled = grove.torch.grove_backend(function, [x, w])
+            self.assertIn("compiles at its first call", "\n".join(logged.output))
+            self.assertIsInstance(compiled, dynamo_backend.PerShapeGraph)
+            with self.assertRaises(torch_oom):
+                compiled(x, w)
+            for _ in range(2):
+                x = torch.randn(3, 4)
+                torch.testing.assert_close(compiled(x, w), function(x, w))
+            # Not dynamo's graph: the error stands.
+            failures[0] = 1
+            with self.assertRaises(torch_oom):
+                grove.torch.compile_graph(function, [x, w])
+
     def test_a_graph_grove_cannot_compile_runs_in_pytorch(self):
         # Note [A graph grove's compiler refuses runs in PyTorch]
         # (grove/dynamo_backend.py): the importer took every op, but grove's
