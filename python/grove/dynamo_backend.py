@@ -16,6 +16,7 @@ import torch
 
 import grove
 from grove import _capi
+from grove import aliased_writes
 from grove import importer
 from grove import input_writes
 from grove import kept_attention
@@ -199,7 +200,8 @@ class CompiledGraph:
     """What the backend returns to dynamo: a callable over the graph's inputs
     (Note [Static inputs that move])."""
 
-    def __init__(self, runner, rebuild=None, from_dynamo=False, guarded=frozenset()):
+    def __init__(self, runner, rebuild=None, from_dynamo=False, guarded=frozenset(),
+                 in_pytorch=None):
         # Note [Dynamo's generation names an invocation only for dynamo's calls]
         self.from_dynamo = from_dynamo
         self.rebuild = rebuild  # (args, demoted positions) -> a runner
@@ -207,6 +209,10 @@ class CompiledGraph:
         self.demoted = set()  # positions of static inputs bound per call since they moved
         # Note [Parameters checked by dynamo's guards]: positions dynamo checks.
         self.guarded = frozenset(guarded)
+        # Note [Inputs that share memory with a written input]: the graph run
+        # in PyTorch, for the calls whose inputs overlap a written one.
+        self.in_pytorch = in_pytorch
+        self._overlap_warned = False
         self._use_runner(runner)
         _compiled.append(weakref.ref(self))
 
@@ -218,6 +224,10 @@ class CompiledGraph:
             # device graph]): the positions stay the first build's.
             runner.host_positions = previous.host_positions
         self.runner = runner
+        written = getattr(runner, "written_positions", ())
+        self._overlap = (aliased_writes.WrittenInputOverlap(
+            written, [position for position, _ in runner.bound_positions()])
+            if written and self.in_pytorch is not None else None)
         runner.leave_checks_to_guards(self.guarded)
         _live_runners.add(runner)
         # Note [One Python call per door call] (runner.py): made once the
@@ -228,6 +238,10 @@ class CompiledGraph:
         self._invoked = self.from_dynamo and runner.backend != "eager"
 
     def __call__(self, *args):
+        if self._overlap is not None:
+            overlapping = self._overlap(args)
+            if overlapping is not None:
+                return self._run_in_pytorch(args, overlapping)
         host = self.runner.host_positions
         if host:  # Note [Host tensors passed to a device graph]
             args = _on_device(args, host, self.runner.device)
@@ -248,6 +262,15 @@ class CompiledGraph:
                                        >= self.runner.calls_to_verify):
                 self._door_pending = False
                 self.door = self.runner.door_call()
+
+    def _run_in_pytorch(self, args, overlapping):
+        """Note [Inputs that share memory with a written input]."""
+        if not self._overlap_warned:
+            self._overlap_warned = True
+            log.warning("grove: input(s) %s share memory with an input the graph writes in "
+                        "place; such calls run the graph in PyTorch (Note [Inputs that share "
+                        "memory with a written input])", ", ".join(map(str, overlapping)))
+        return self.in_pytorch(*args)
 
     def _layered_call(self, args):
         return _in_dynamos_invocation(self._invoked, self._call, args)
@@ -349,6 +372,10 @@ def _compile_graph(gm, example_inputs, from_dynamo, mode="cudagraphs", strict=Fa
         # Note [Writes into graph inputs]: a graph that updates its inputs is
         # traced functionalized; the tensors it writes and returns are state.
         aten, state_positions = input_writes.aten_graph(gm, examples)
+        # Note [Inputs that share memory with a written input] (aliased_writes.py).
+        mutated = input_writes.mutated_placeholders(aten.graph)
+        written = [position for position, node in enumerate(
+            node for node in aten.graph.nodes if node.op == "placeholder") if node in mutated]
         # Note [Static inputs that move]: the demoted inputs are bound per call.
         static = [position for position in _static_positions(examples)
                   if position not in demoted]
@@ -368,6 +395,7 @@ def _compile_graph(gm, example_inputs, from_dynamo, mode="cudagraphs", strict=Fa
             # See Note [Warm-up outputs leave the pool] and Note [Outputs that alias inputs].
             warm_up_outputs_leave_pool=True, input_aliases=True, **options)
         runner.host_positions = host
+        runner.written_positions = written
         return runner
 
     try:
@@ -395,7 +423,7 @@ def _compile_graph(gm, example_inputs, from_dynamo, mode="cudagraphs", strict=Fa
                               "number (%s)" % str(error).splitlines()[0][:200])
     guarded = _guard_bound_parameters(gm, example_inputs, runner) if from_dynamo else ()
     return CompiledGraph(runner, rebuild=lambda args, demoted: build(list(args), demoted),
-                         from_dynamo=from_dynamo, guarded=guarded)
+                         from_dynamo=from_dynamo, guarded=guarded, in_pytorch=gm)
 
 
 # Note [Parameters checked by dynamo's guards]
