@@ -58,9 +58,9 @@ class GroveMatchesTransformers(unittest.TestCase):
         tokens = [int(t) for t in out.stdout.strip().splitlines()[0].split(",")]
         return tokens, grove_weights.load_file(logits_path)["logits"]
 
-    def compare(self, directory, config, tolerance, tie_margin):
+    def compare(self, directory, config, tolerance, tie_margin, extra=()):
         expected_tokens, expected_logits = self.hf_greedy(directory, config)
-        tokens, logits = self.grove_generate(directory, ["--ignore-eos"])
+        tokens, logits = self.grove_generate(directory, ["--ignore-eos", *extra])
         for step in range(STEPS):
             worst = float(np.abs(logits[step] - expected_logits[step]).max())
             self.assertLessEqual(worst, tolerance, "%s step %d (seed %d)" % (
@@ -141,6 +141,30 @@ class GroveMatchesTransformers(unittest.TestCase):
                     config = json.load(f)
                 self.assertEqual(config["model_type"], name)
                 self.compare(directory, config, 2e-2, 4e-2)
+
+    # A float16 checkpoint transformers saved (LLaMA 2's dtype) is refused
+    # naming --dtype, and with --dtype float32 gives transformers' float32 run
+    # of the same weights.
+    def test_a_float16_checkpoint_under_dtype_float32(self):
+        with tempfile.TemporaryDirectory() as directory:
+            torch.manual_seed(SEED)
+            model = transformers.LlamaForCausalLM(transformers.LlamaConfig(
+                hidden_size=64, intermediate_size=96, num_hidden_layers=2, num_attention_heads=4,
+                num_key_value_heads=2, vocab_size=97, max_position_embeddings=64))
+            with torch.no_grad():
+                for name, p in model.named_parameters():
+                    p.copy_(1 + 0.1 * torch.randn_like(p) if "norm" in name
+                            else 0.5 * torch.randn_like(p))
+            model.half().save_pretrained(directory)
+            with open(os.path.join(directory, "config.json")) as f:
+                config = json.load(f)
+            self.assertEqual(config.get("dtype", config.get("torch_dtype")), "float16")
+            refused = subprocess.run([GROVE, "generate", directory, "--device", "cuda",
+                                      "--prompt-ids", "1,2", "--max-tokens", "2"],
+                                     capture_output=True, text=True, timeout=300)
+            self.assertNotEqual(refused.returncode, 0)
+            self.assertIn("--dtype", refused.stderr)
+            self.compare(directory, config, 2e-2, 4e-2, extra=("--dtype", "float32"))
 
     def test_llama_f32(self):
         self.check(ref.llama_config("float32"), 2e-2, 4e-2)
