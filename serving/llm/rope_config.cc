@@ -4,6 +4,7 @@
 #include <nlohmann/json.hpp>
 
 #include "runtime/error.h"
+#include "serving/llm/config_fields.h"
 
 namespace grove::serving::llm {
 
@@ -28,19 +29,11 @@ bool known_key(const std::string& key, RopeType type) {
   return false;
 }
 
-double number_at(const json& holder, const std::string& key, double fallback,
-                 const std::string& where) {
-  if (!holder.contains(key) || holder[key].is_null()) return fallback;
-  GROVE_CHECK(holder[key].is_number(), where, ": \"", key, "\" must be a number, found ",
-              holder[key].dump());
-  return holder[key].get<double>();
-}
-
 double required_number(const json& holder, const std::string& key, const std::string& where,
                        const std::string& type) {
   GROVE_CHECK(holder.contains(key) && !holder[key].is_null(), where, ": rope type \"", type,
               "\" needs \"", key, "\"");
-  const double value = number_at(holder, key, 0, where);
+  const double value = optional_number(holder, key, 0, where);
   GROVE_CHECK(std::isfinite(value) && value > 0, where, ": \"", key, "\" must be positive, found ",
               holder[key].dump());
   return value;
@@ -96,11 +89,11 @@ const char* rope_type_name(RopeType type) {
 RopeConfig RopeConfig::parse(const json& config, const std::string& what) {
   RopeConfig rope;
   const auto [dict, where] = rotary_dict(config, what);
-  const double top_theta = number_at(config, "rope_theta", 10000, what);
+  const double top_theta = optional_number(config, "rope_theta", 10000, what);
   rope.theta = top_theta;
   if (dict != nullptr) {
     if (dict->contains("rope_theta") && !(*dict)["rope_theta"].is_null()) {
-      rope.theta = number_at(*dict, "rope_theta", 10000, where);
+      rope.theta = optional_number(*dict, "rope_theta", 10000, where);
       GROVE_CHECK(!config.contains("rope_theta") || config["rope_theta"].is_null() ||
                       top_theta == rope.theta,
                   what, ": \"rope_theta\" ", top_theta, " disagrees with ", where, "'s ",
@@ -119,7 +112,7 @@ RopeConfig RopeConfig::parse(const json& config, const std::string& what) {
       GROVE_CHECK(known_key(key, rope.type), where, ": key \"", key, "\" (", value.dump(),
                   ") is not a setting of grove's \"", name, "\" rotary embedding");
     }
-    const double attention = number_at(*dict, "attention_factor", 1, where);
+    const double attention = optional_number(*dict, "attention_factor", 1, where);
     GROVE_CHECK(attention == 1, where, ": attention_factor ", attention,
                 " is not supported; grove's rotary tables are unscaled");
     if (rope.type != RopeType::kDefault) {
@@ -138,7 +131,7 @@ RopeConfig RopeConfig::parse(const json& config, const std::string& what) {
               ": rope_theta must be positive, found ", rope.theta);
   for (const json* holder : {&config, dict}) {
     if (holder == nullptr) continue;
-    const double partial = number_at(*holder, "partial_rotary_factor", 1, what);
+    const double partial = optional_number(*holder, "partial_rotary_factor", 1, what);
     GROVE_CHECK(partial == 1, what, ": partial_rotary_factor ", partial,
                 " is not supported; grove rotates every dimension of a head");
   }
