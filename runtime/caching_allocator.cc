@@ -34,6 +34,8 @@ struct CachingAllocator::Pool {
   size_t allocated_bytes = 0;
   size_t peak_allocated_bytes = 0;
   size_t live_blocks = 0;
+  // Note [Free segments of pools no graph captured]: a capture allocated here.
+  bool captured = false;
 };
 
 // Owned by a Storage; frees the block when the storage lets go of it.
@@ -123,11 +125,14 @@ StoragePtr CachingAllocator::allocate(size_t bytes, StreamHandle stream) {
         "(begin_allocate_to_pool)"));
   }
   size_t size = round_up(std::max<size_t>(bytes, 1), kAlignment);
+  const bool capturing =
+      !pool_id.is_default() && platform_.capture_status(stream) != CaptureStatus::kNone;
   StoragePtr storage;
   size_t block_size = 0;
   {
     std::lock_guard<std::mutex> lock(mutex_);
     Pool& pool = pool_locked(pool_id);
+    if (capturing) pool.captured = true;
     Block* block = find_free_block_locked(pool, size, stream);
     if (block == nullptr) block = new_segment_locked(pool, size, stream);
     split_locked(pool, block, size);
@@ -219,12 +224,16 @@ CachingAllocator::Block* CachingAllocator::new_segment_locked(Pool& pool, size_t
     }
   };
   if (!try_allocate() && !injected) {
-    // Give cached, fully free segments of the default pool back and try once more.
-    Pool& shared = pool_locked(kDefaultPool);
-    for (size_t i = shared.segments.size(); i-- > 0;) {
-      Segment* segment = shared.segments[i].get();
-      if (!segment->first->allocated && segment->first->next == nullptr) {
-        release_segment_locked(shared, segment);
+    // Give cached, fully free segments of the default pool back, and those
+    // of pools no graph captured (Note [Free segments of pools no graph
+    // captured]), and try once more.
+    for (auto& [id, other] : pools_) {
+      if (!other->id.is_default() && other->captured) continue;
+      for (size_t i = other->segments.size(); i-- > 0;) {
+        Segment* segment = other->segments[i].get();
+        if (!segment->first->allocated && segment->first->next == nullptr) {
+          release_segment_locked(*other, segment);
+        }
       }
     }
     try_allocate();

@@ -8,6 +8,17 @@
 // the tree manager does this around warm-ups and captures so that every
 // output of a tree lives in one pool. checkpoint / restore snapshot and
 // re-impose a pool's block layout (Note [Checkpoint restore]).
+//
+// Note [Free segments of pools no graph captured]
+// When the device refuses a segment, the allocator gives back the fully free
+// segments it caches and asks once more. It gave back only the default
+// pool's, so a graph tree's pool kept the peak of a warm-up that failed (one
+// that ran out of memory, say): memory nothing used and nobody else could
+// get (an eager model's next call failed beside it, on sim with 20 MiB).
+// A pool whose memory no captured graph refers to (no allocation in it
+// happened during a capture) gives its fully free segments back too; a pool
+// a graph was captured into keeps them, since its replays write there. Test:
+// CachingAllocatorTest.OutOfDeviceMemoryFreesSegmentsOfPoolsNoGraphCaptured.
 #pragma once
 
 #include <cstddef>

@@ -525,6 +525,39 @@ TEST_F(CachingAllocatorTest, OutOfDeviceMemoryFreesCachedSegmentsAndRetries) {
   EXPECT_EQ(allocator().stats(pool).reserved_bytes, CachingAllocator::kSmallSegment);
 }
 
+// Note [Free segments of pools no graph captured]
+TEST_F(CachingAllocatorTest, OutOfDeviceMemoryFreesSegmentsOfPoolsNoGraphCaptured) {
+  destroy();
+  ASSERT_EQ(setenv("GROVE_SIM_MEMORY_BYTES", std::to_string(4 * kMiB).c_str(), 1), 0);
+  make();
+  unsetenv("GROVE_SIM_MEMORY_BYTES");
+
+  // A warm-up's memory, freed: the pool caches its 4 MiB segment.
+  PoolId warmed = allocator().create_pool();
+  {
+    Routing routing(allocator(), warmed);
+    StoragePtr peak = allocator().allocate(3 * kMiB, stream_a_);
+  }
+  EXPECT_EQ(allocator().stats(warmed).reserved_bytes, 4 * kMiB);
+  // The default pool's request gets it back.
+  StoragePtr eager = allocator().allocate(3 * kMiB, stream_b_);
+  EXPECT_EQ(allocator().stats(warmed).reserved_bytes, 0u);
+  eager.reset();
+  allocator().empty_cache();
+
+  // A pool a graph was captured into keeps its free segment.
+  PoolId captured = allocator().create_pool();
+  platform_->begin_capture(stream_a_, CaptureMode::kThreadLocal);
+  {
+    Routing routing(allocator(), captured);
+    StoragePtr inside = allocator().allocate(3 * kMiB, stream_a_);
+  }
+  platform_->destroy_graph(platform_->end_capture(stream_a_));
+  EXPECT_EQ(allocator().stats(captured).reserved_bytes, 4 * kMiB);
+  EXPECT_THROW(allocator().allocate(3 * kMiB, stream_b_), OutOfMemoryError);
+  EXPECT_EQ(allocator().stats(captured).reserved_bytes, 4 * kMiB);
+}
+
 TEST_F(CachingAllocatorTest, AllocationOnACapturingStreamOutsideAPrivatePoolIsAViolation) {
   platform_->begin_capture(stream_a_, CaptureMode::kThreadLocal);
   try {
