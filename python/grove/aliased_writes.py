@@ -25,7 +25,10 @@ import torch
 
 
 def span(value):
-    """(first byte, one past the last byte) a tensor's elements occupy."""
+    """(first byte, one past the last byte) a tensor's elements occupy; None
+    for a tensor with no strided memory of its own (sparse, nested)."""
+    if value.layout != torch.strided:
+        return None
     start = value.data_ptr()
     extent = 1
     for size, stride in zip(value.shape, value.stride()):
@@ -66,6 +69,7 @@ class WrittenInputOverlap:
     def _take_fixed(self, args):
         spans = [(span(args[position]), position) for position in sorted(self.fixed)
                  if isinstance(args[position], torch.Tensor) and args[position].numel()]
+        spans = [(s, position) for s, position in spans if s is not None]
         self._all_fixed = _Spans([s for s, _ in spans])
         self._written_fixed = _Spans([s for s, position in spans if position in self.written])
         written = [(s, position) for s, position in spans if position in self.written]
@@ -86,6 +90,7 @@ class WrittenInputOverlap:
         free = [(span(value), position) for position, value in enumerate(args)
                 if position not in self.fixed and isinstance(value, torch.Tensor)
                 and value.numel()]
+        free = [(s, position) for s, position in free if s is not None]
         for index, ((start, end), position) in enumerate(free):
             written = position in self.written
             for (other_start, other_end), other in free[index + 1:]:

@@ -90,6 +90,10 @@ class AliasedWritesTest(unittest.TestCase):
         fixed = aliased_writes.WrittenInputOverlap(written=[0], fixed=[0])
         self.assertIsNone(fixed([t[:2], t[2:]]))
         self.assertEqual(fixed([t[:2], t[1:3]]), (1,))
+        # A sparse input has no span of its own: left out, not an error.
+        sparse = torch.eye(3).to_sparse()
+        self.assertIsNone(aliased_writes.span(sparse))
+        self.assertIsNone(overlap([t[:2], sparse]))
         # Two fixed inputs overlapping, one written: every call.
         both = aliased_writes.WrittenInputOverlap(written=[1], fixed=[0, 1])
         self.assertEqual(both([t[:2], t[1:3]]), (1, 0))
