@@ -44,7 +44,7 @@ runtime::DType parse_torch_dtype(const json& config, const std::string& what) {
 // path's stop test compares the token with all of them: the host's
 // (Generator::append), the sampling kernel's and its host function's
 // (decode_layout::is_eos). Tests: DecoderConfig.EosTokensAreAllKeptFromEitherFile
-// (checkpoint_test.cc), GeneratorTest.AnyOfSeveralEosTokensStopsARequest
+// (checkpoint_test.cc), Generator.AnyOfSeveralEosTokensStopsARequest
 // (generator_test.cc), DecodeLoopTest.AnyOfSeveralEosTokensStopsTheRow
 // (decode_loop_test.cc, cuda and sim).
 std::vector<int64_t> eos_of(const json& config, const std::string& what) {
