@@ -58,10 +58,17 @@ std::pair<const json*, std::string> rotary_dict(const json& config, const std::s
     const json& parameters = config["rope_parameters"];
     GROVE_CHECK(parameters.is_object(), what, ": \"rope_parameters\" must be an object, found ",
                 parameters.dump());
-    GROVE_CHECK(
-        !has_scaling || config["rope_scaling"] == parameters || !config["rope_scaling"].is_object(),
-        what, ": \"rope_scaling\" ", config["rope_scaling"].dump(),
-        " disagrees with \"rope_parameters\" ", parameters.dump(), "; write one of them");
+    if (has_scaling) {  // both layouts: every setting of the older must be the newer's
+      const json& scaling = config["rope_scaling"];
+      GROVE_CHECK(scaling.is_object(), what, ": \"rope_scaling\" must be an object or null, found ",
+                  scaling.dump());
+      for (const auto& [key, value] : scaling.items()) {
+        const std::string name = key == "type" ? "rope_type" : key;
+        GROVE_CHECK(parameters.contains(name) && parameters[name] == value, what,
+                    ": \"rope_scaling\" ", scaling.dump(), " disagrees with \"rope_parameters\" ",
+                    parameters.dump(), " on \"", key, "\"; write one of them");
+      }
+    }
     return {&parameters, what + " rope_parameters"};
   }
   if (has_scaling) {

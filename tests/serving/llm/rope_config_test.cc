@@ -66,6 +66,14 @@ TEST(RopeConfig, ReadsTheScalingOfEitherLayout) {
     EXPECT_EQ(rope.original_max_position_embeddings, 8192);
     EXPECT_EQ(rope.inverse_frequencies(64), v4.inverse_frequencies(64));
   }
+  // Both layouts in one file, agreeing (an integer factor equals the same float).
+  json both = {{"rope_scaling", llama3}, {"rope_parameters", parameters}};
+  both["rope_scaling"]["factor"] = 32;
+  EXPECT_EQ(RopeConfig::parse(both, "c").inverse_frequencies(64), v4.inverse_frequencies(64));
+  both["rope_scaling"]["factor"] = 8.0;
+  EXPECT_NE(refusal(both).find("disagrees"), std::string::npos);
+  EXPECT_NE(refusal({{"rope_scaling", "llama3"}, {"rope_parameters", parameters}}).find("object"),
+            std::string::npos);
   // The older "type" key of transformers 4.
   EXPECT_EQ(RopeConfig::parse({{"rope_scaling", {{"type", "linear"}, {"factor", 2.0}}}}, "c").type,
             RopeType::kLinear);
