@@ -53,6 +53,7 @@
 #include <functional>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -79,7 +80,9 @@ struct DecodeRowStart {
   int64_t position = 0;
   int64_t generated = 1;
   int64_t max_new_tokens = 16;
-  std::vector<int64_t> eos_token_ids;  // Note [Every EOS token stops a row]
+  // Note [Every EOS token stops a row]: viewed for the set_row call, which
+  // copies them into the row's state.
+  std::span<const int64_t> eos_token_ids;
   SamplingParams sampling;
 };
 

@@ -51,16 +51,10 @@ std::vector<int64_t> eos_of(const json& config, const std::string& what) {
   if (!config.contains("eos_token_id") || config["eos_token_id"].is_null()) return {};
   const json& eos = config["eos_token_id"];
   std::vector<int64_t> tokens;
-  if (eos.is_array()) {
-    for (const json& token : eos) {
-      GROVE_CHECK(token.is_number_integer() && token.get<int64_t>() >= 0, what,
-                  ": eos_token_id must hold token ids, found ", eos.dump());
-      tokens.push_back(token.get<int64_t>());
-    }
-  } else {
-    GROVE_CHECK(eos.is_number_integer() && eos.get<int64_t>() >= 0, what,
+  for (const json& token : eos.is_array() ? eos : json::array({eos})) {
+    GROVE_CHECK(token.is_number_integer() && token.get<int64_t>() >= 0, what,
                 ": eos_token_id must be a token id or a list of them, found ", eos.dump());
-    tokens.push_back(eos.get<int64_t>());
+    tokens.push_back(token.get<int64_t>());
   }
   GROVE_CHECK(tokens.size() <= kMaxEosTokens, what, ": eos_token_id names ", tokens.size(),
               " tokens; grove stops at up to ", kMaxEosTokens);
@@ -182,19 +176,7 @@ DecoderConfig parse_gpt2(const json& config, const std::string& what) {
   return result;
 }
 
-}  // namespace
-
-const char* architecture_name(Architecture architecture) {
-  return architecture == Architecture::kLlama ? "llama" : "gpt2";
-}
-
-DecoderConfig DecoderConfig::parse(const std::string& json_text, const std::string& what) {
-  json config;
-  try {
-    config = json::parse(json_text);
-  } catch (const json::exception& error) {
-    throw Error(str_cat(what, ": not valid JSON: ", error.what()));
-  }
+DecoderConfig parse_object(const json& config, const std::string& what) {
   GROVE_CHECK(config.is_object(), what, ": config.json must hold a JSON object");
   std::string model_type = config.value("model_type", std::string());
   DecoderConfig result;
@@ -214,17 +196,33 @@ DecoderConfig DecoderConfig::parse(const std::string& json_text, const std::stri
   return result;
 }
 
+}  // namespace
+
+const char* architecture_name(Architecture architecture) {
+  return architecture == Architecture::kLlama ? "llama" : "gpt2";
+}
+
+DecoderConfig DecoderConfig::parse(const std::string& json_text, const std::string& what) {
+  json config;
+  try {
+    config = json::parse(json_text);
+  } catch (const json::exception& error) {
+    throw Error(str_cat(what, ": not valid JSON: ", error.what()));
+  }
+  return parse_object(config, what);
+}
+
 DecoderConfig DecoderConfig::load(const std::string& model_dir,
                                   std::optional<runtime::DType> dtype) {
   const std::string path = model_dir + "/config.json";
-  json text = read_json(path);
-  if (dtype && text.is_object()) {  // the caller's dtype replaces the checkpoint's
+  json fields = read_json(path);
+  if (dtype && fields.is_object()) {  // the caller's dtype replaces the checkpoint's
     GROVE_CHECK(*dtype == runtime::DType::kF32 || *dtype == runtime::DType::kBF16,
                 "grove runs decoders in float32 or bfloat16");
-    text.erase("torch_dtype");
-    text["dtype"] = *dtype == runtime::DType::kF32 ? "float32" : "bfloat16";
+    fields.erase("torch_dtype");
+    fields["dtype"] = *dtype == runtime::DType::kF32 ? "float32" : "bfloat16";
   }
-  DecoderConfig config = parse(text.dump(), path);
+  DecoderConfig config = parse_object(fields, path);
   // Note [Every EOS token stops a row]: generate's own source of them.
   const std::string generation_path = model_dir + "/generation_config.json";
   if (std::ifstream(generation_path).good()) {

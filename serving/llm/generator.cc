@@ -305,7 +305,7 @@ void Generator::decode_on_device() {
     const GenerationResult& result = results_.at(id);
     const auto generated = static_cast<int64_t>(result.tokens.size());
     by_row[static_cast<size_t>(active.slot)] = id;
-    std::vector<int64_t> eos;
+    std::span<const int64_t> eos;
     if (!active.request.ignore_eos) eos = active.request.eos_token_ids;
     loop.set_row(active.slot, {.token = result.tokens.back(),
                                .position = active.position,

@@ -224,12 +224,7 @@ TEST_P(DecodeLoopTest, AnyOfSeveralEosTokensStopsTheRow) {
   auto decoder = tiny_decoder();
   const auto [free_run, eos_index] = free_run_and_eos(*decoder);
   ASSERT_NE(free_run[eos_index], free_run[0]) << "weights seed " << kWeightsSeed;
-  std::vector<int64_t> unseen;  // tokens the free run never makes
-  for (int64_t token = 0; unseen.size() < 2; ++token) {
-    if (std::find(free_run.begin(), free_run.end(), token) == free_run.end()) {
-      unseen.push_back(token);
-    }
-  }
+  const std::vector<int64_t> unseen = testing::tokens_not_in(free_run, 2);
   const size_t first =
       std::find(free_run.begin() + 1, free_run.end(), free_run[eos_index]) - free_run.begin();
   for (DecodeMode mode : {DecodeMode::kWhileLoop, DecodeMode::kPerStepGraphs}) {

@@ -165,12 +165,7 @@ TEST(Generator, AnyOfSeveralEosTokensStopsARequest) {
     Generator generator(*decoder);
     free_run = generator.generate(generation_request({3, 1, 4, 1, 5}, 8));
   }
-  std::vector<int64_t> unseen;
-  for (int64_t token = 0; unseen.size() < 2; ++token) {
-    if (std::find(free_run.begin(), free_run.end(), token) == free_run.end()) {
-      unseen.push_back(token);
-    }
-  }
+  const std::vector<int64_t> unseen = testing::tokens_not_in(free_run, 2);
   const size_t first = std::find(free_run.begin(), free_run.end(), free_run[3]) - free_run.begin();
   for (int64_t loop_steps : {0, 4}) {
     SCOPED_TRACE(::testing::Message() << "loop_steps " << loop_steps);

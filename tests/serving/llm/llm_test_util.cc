@@ -43,6 +43,14 @@ void fill_random_weights(DecoderState& state, uint64_t seed) {
   }
 }
 
+std::vector<int64_t> tokens_not_in(const std::vector<int64_t>& run, size_t count) {
+  std::vector<int64_t> tokens;
+  for (int64_t token = 0; tokens.size() < count; ++token) {
+    if (std::find(run.begin(), run.end(), token) == run.end()) tokens.push_back(token);
+  }
+  return tokens;
+}
+
 int64_t argmax(const std::vector<float>& logits) {
   return std::max_element(logits.begin(), logits.end()) - logits.begin();
 }

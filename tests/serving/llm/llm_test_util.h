@@ -23,6 +23,8 @@ std::unique_ptr<Decoder> warmed_tiny_decoder(runtime::Device device, Architectur
 // A generation request for `prompt`, at most `max_new_tokens` new tokens.
 GenerationRequest generation_request(std::vector<int64_t> prompt, int64_t max_new_tokens,
                                      SamplingParams sampling = {});
+// The `count` smallest token ids that `run` does not hold.
+std::vector<int64_t> tokens_not_in(const std::vector<int64_t>& run, size_t count);
 int64_t argmax(const std::vector<float>& logits);
 // The highest logit minus the second highest.
 float top_margin(const std::vector<float>& logits);
