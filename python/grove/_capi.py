@@ -87,13 +87,19 @@ class OutOfMemoryError(GroveError):
 _OUT_OF_MEMORY = {}
 
 
+def torch_out_of_memory_class():
+    """PyTorch's OutOfMemoryError (torch.OutOfMemoryError, or 1.13's
+    torch.cuda.OutOfMemoryError) where PyTorch is loaded, else None."""
+    torch = sys.modules.get("torch")
+    if torch is None:
+        return None
+    return (getattr(torch, "OutOfMemoryError", None)
+            or getattr(getattr(torch, "cuda", None), "OutOfMemoryError", None))
+
+
 def _out_of_memory_class():
     """OutOfMemoryError, joined with PyTorch's own where PyTorch is loaded."""
-    torch = sys.modules.get("torch")
-    base = None
-    if torch is not None:
-        base = (getattr(torch, "OutOfMemoryError", None)
-                or getattr(getattr(torch, "cuda", None), "OutOfMemoryError", None))
+    base = torch_out_of_memory_class()
     if base is None:
         return OutOfMemoryError
     if base not in _OUT_OF_MEMORY:

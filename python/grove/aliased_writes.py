@@ -36,6 +36,17 @@ def span(value):
     return start, start + extent * value.element_size()
 
 
+def _spans(args, positions):
+    """(span, position) of each tensor argument at `positions` that has elements
+    and memory of its own."""
+    for position in positions:
+        value = args[position]
+        if isinstance(value, torch.Tensor) and value.numel():
+            extent = span(value)
+            if extent is not None:
+                yield extent, position
+
+
 class _Spans:
     """Fixed spans, sorted by start, asked whether any meets [start, end)."""
 
@@ -67,12 +78,10 @@ class WrittenInputOverlap:
         self._fixed_conflict = None  # two fixed inputs that overlap, one written
 
     def _take_fixed(self, args):
-        spans = [(span(args[position]), position) for position in sorted(self.fixed)
-                 if isinstance(args[position], torch.Tensor) and args[position].numel()]
-        spans = [(s, position) for s, position in spans if s is not None]
-        self._all_fixed = _Spans([s for s, _ in spans])
-        self._written_fixed = _Spans([s for s, position in spans if position in self.written])
+        spans = list(_spans(args, sorted(self.fixed)))
         written = [(s, position) for s, position in spans if position in self.written]
+        self._all_fixed = _Spans([s for s, _ in spans])
+        self._written_fixed = _Spans([s for s, _ in written])
         for (start, end), position in written:
             for (other_start, other_end), other in spans:
                 if other != position and other_start < end and start < other_end:
@@ -87,10 +96,8 @@ class WrittenInputOverlap:
             self._take_fixed(args)
         if self._fixed_conflict is not None:
             return self._fixed_conflict
-        free = [(span(value), position) for position, value in enumerate(args)
-                if position not in self.fixed and isinstance(value, torch.Tensor)
-                and value.numel()]
-        free = [(s, position) for s, position in free if s is not None]
+        free = list(_spans(args, [position for position in range(len(args))
+                                  if position not in self.fixed]))
         for index, ((start, end), position) in enumerate(free):
             written = position in self.written
             for (other_start, other_end), other in free[index + 1:]:

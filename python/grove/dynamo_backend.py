@@ -224,7 +224,7 @@ class CompiledGraph:
             # device graph]): the positions stay the first build's.
             runner.host_positions = previous.host_positions
         self.runner = runner
-        written = getattr(runner, "written_positions", ())
+        written = runner.written_positions
         self._overlap = (aliased_writes.WrittenInputOverlap(
             written, [position for position, _ in runner.bound_positions()])
             if written and self.in_pytorch is not None else None)
@@ -958,8 +958,7 @@ def _getter(positions):
 # (tests/python/importer_test.py); on an H200, session 33 call G.
 def _out_of_memory_errors():
     """The exception classes of running out of memory: PyTorch's and grove's."""
-    torch_class = (getattr(torch, "OutOfMemoryError", None)
-                   or getattr(torch.cuda, "OutOfMemoryError", None))
+    torch_class = _capi.torch_out_of_memory_class()
     return (_capi.OutOfMemoryError,) + ((torch_class,) if torch_class is not None else ())
 
 

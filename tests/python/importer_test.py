@@ -1333,6 +1333,7 @@ class IssueModelsTest(unittest.TestCase):
 
 class _StubRunner:
     backend = "cudagraphs"
+    written_positions = ()  # a graph that writes no input (GraphRunner's default)
 
     def __init__(self, host_positions):
         self.host_positions = host_positions
