@@ -1,27 +1,27 @@
-"""Calls whose inputs share memory with an input the graph writes.
-
-Note [Inputs that share memory with a written input]
-grove traces a graph on example inputs that are distinct tensors and runs it
-as a program whose inputs are distinct buffers. A call may bring inputs that
-overlap in memory (two views of one buffer), and where the graph writes one
-of them in place eager PyTorch's later reads see the write through the other:
-grove's did not (`a.mul_(2); return b + 1` with a = t[:4], b = t[2:6] was off
-by 3.0 through the door on an H200, in both modes, session 33 call H).
-Dynamo passes one tensor given twice as one input, and AOTAutograd (the
-training path) rewrites aliased inputs itself, but an inference graph gets
-each view as an input of its own. So a graph that writes inputs checks each
-call: where a written input's memory span (its first to its last element's
-byte) meets another input's, the call runs the graph in PyTorch, which is
-eager's answer, and a warning says so once. Spans that merely interleave
-count as overlapping (the PyTorch run is right either way). The spans of the
-static inputs grove binds (parameters, caches) are fixed, so they are taken
-once; a call measures only the others, a few tensors for a decode step.
-Tests: AliasedWritesTest (tests/python/aliased_writes_test.py, sim) and, through
-the door on an H200, session 33 call I.
-"""
+"""Calls whose inputs share memory with an input the graph writes (Note
+[Inputs that share memory with a written input], below)."""
 import bisect
 
 import torch
+
+# Note [Inputs that share memory with a written input]
+# grove traces a graph on example inputs that are distinct tensors and runs it
+# as a program whose inputs are distinct buffers. A call may bring inputs that
+# overlap in memory (two views of one buffer), and where the graph writes one
+# of them in place eager PyTorch's later reads see the write through the other:
+# grove's did not (`a.mul_(2); return b + 1` with a = t[:4], b = t[2:6] was off
+# by 3.0 through the door on an H200, in both modes, session 33 call H).
+# Dynamo passes one tensor given twice as one input, and AOTAutograd (the
+# training path) rewrites aliased inputs itself, but an inference graph gets
+# each view as an input of its own. So a graph that writes inputs checks each
+# call: where a written input's memory span (its first to its last element's
+# byte) meets another input's, the call runs the graph in PyTorch, which is
+# eager's answer, and a warning says so once. Spans that merely interleave
+# count as overlapping (the PyTorch run is right either way). The spans of the
+# static inputs grove binds (parameters, caches) are fixed, so they are taken
+# once; a call measures only the others, a few tensors for a decode step.
+# Tests: AliasedWritesTest (tests/python/aliased_writes_test.py, sim) and, through
+# the door on an H200, session 33 call I.
 
 
 def span(value):

@@ -209,8 +209,8 @@ class CompiledGraph:
         self.demoted = set()  # positions of static inputs bound per call since they moved
         # Note [Parameters checked by dynamo's guards]: positions dynamo checks.
         self.guarded = frozenset(guarded)
-        # Note [Inputs that share memory with a written input]: the graph run
-        # in PyTorch, for the calls whose inputs overlap a written one.
+        # The graph run in PyTorch, for the calls whose inputs overlap a
+        # written one (Note [Inputs that share memory with a written input]).
         self.in_pytorch = in_pytorch
         self._overlap_warned = False
         self._use_runner(runner)
@@ -372,7 +372,8 @@ def _compile_graph(gm, example_inputs, from_dynamo, mode="cudagraphs", strict=Fa
         # Note [Writes into graph inputs]: a graph that updates its inputs is
         # traced functionalized; the tensors it writes and returns are state.
         aten, state_positions = input_writes.aten_graph(gm, examples)
-        # Note [Inputs that share memory with a written input] (aliased_writes.py).
+        # Which inputs it writes (Note [Inputs that share memory with a written
+        # input], aliased_writes.py).
         mutated = input_writes.mutated_placeholders(aten.graph)
         written = [position for position, node in enumerate(
             node for node in aten.graph.nodes if node.op == "placeholder") if node in mutated]

@@ -92,8 +92,8 @@ class GraphRunner:
         self._state_copies = {}  # output position -> the last copy (reuse_state)
         # Note [Host tensors passed to a device graph] (dynamo_backend.py).
         self.host_positions = ()
-        # Note [Inputs that share memory with a written input]
-        # (aliased_writes.py): the inputs the graph writes, set by the door.
+        # The inputs the graph writes, set by the door (Note [Inputs that share
+        # memory with a written input], aliased_writes.py).
         self.written_positions = ()
         # Note [Warm-up outputs leave the pool]: pending until the first call.
         self._warm_up_copies = bool(warm_up_outputs_leave_pool) and self._outputs_in_pool()
